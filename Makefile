@@ -1,0 +1,37 @@
+# The environment lives outside the clone, keyed by a hash of the dependency list,
+# so repeated runs on one machine reuse it and a fresh machine builds it from nothing.
+# The package itself is not installed into it: targets run from src/ of this clone.
+PYTHON ?= python3
+VENV_ROOT ?= $(HOME)/.cache/lace/venvs
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+DEPS_HASH := $(shell (cat pyproject.toml; echo $(TORCH_PINS)) | sha256sum | cut -c1-12)
+VENV := $(VENV_ROOT)/$(DEPS_HASH)
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RUN := PYTHONPATH=$(CURDIR)/src $(PY)
+
+.PHONY: env demo test lint clean-env
+
+env: $(STAMP)
+
+$(STAMP):
+	@mkdir -p $(VENV_ROOT)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# torch and torchvision pinned to a pair that imports together on CPU-only machines
+	$(PY) -m pip install -q $(TORCH_PINS)
+	$(PY) -m pip install -q $$($(PY) scripts/list_deps.py pyproject.toml dev hf towers)
+	@touch $(STAMP)
+	@echo "environment ready: $(VENV)"
+
+demo: env
+	$(RUN) -m lace demo --out runs/demo $(DEMO_ARGS)
+
+test: env
+	$(RUN) -m pytest $(PYTEST_ARGS)
+
+lint: env
+	$(PY) -m ruff check src tests benchmarks
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Subcommands of `lace`: each module registers itself with `add_parser(subparsers)`."""

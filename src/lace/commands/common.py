@@ -1,0 +1,36 @@
+"""Flags shared by several subcommands, so they read the same everywhere."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True,
+                        help="open_clip architecture (ViT-B-32, lace-tiny, ...), 'hf-clip:<dir or hub id>' or 'lace-towers'")
+    parser.add_argument("--pretrained", default=None,
+                        help="open_clip pretrained tag (e.g. openai), a checkpoint path, or 'none' for random init")
+    parser.add_argument("--device", default="cuda" if _cuda() else "cpu", help="torch device (default: cuda if available)")
+
+
+def add_data_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--data", required=required,
+                        help="COCO captions JSON, Karpathy JSON, CSV/TSV, or webdataset shards (a.tar or 'shard-{000..009}.tar')")
+    parser.add_argument("--split", default=None, help="Karpathy split to keep (train, val, test, ...)")
+    parser.add_argument("--image-root", default=None, help="folder the image paths are relative to")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, what: str = "output folder") -> None:
+    parser.add_argument("--out", required=True, help=what)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty output")
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="show progress bars on long work")
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,179 @@
+"""Dataclass configs: one docstring per field, loadable from YAML, overridable from the CLI.
+
+A config is a plain `@dataclass` whose fields carry an attribute docstring:
+
+    @dataclass
+    class TrainConfig:
+        steps: int = 1000
+        '''Optimiser steps to run.'''
+
+`add_config_arguments` turns every field into a `--flag` whose help is that docstring,
+and `config_from_args` builds the dataclass from (defaults < YAML file < flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from lace.errors import LaceInputError
+
+ConfigT = TypeVar("ConfigT")
+
+
+@lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each field of a dataclass to the docstring written under it."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0].body
+        for node, following in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(annotation: Any) -> Any:
+    """Strip `Optional[...]`/`X | None` from a resolved annotation."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _parse_value(annotation: Any, text: str) -> Any:
+    base = _base_type(annotation)
+    if text.lower() in ("none", "null") and base is not annotation:
+        return None
+    origin = typing.get_origin(base)
+    if origin in (tuple, list):
+        (item,) = typing.get_args(base)[:1] or (str,)
+        items = [_parse_value(item, part) for part in text.split(",") if part.strip()]
+        return tuple(items) if origin is tuple else items
+    if base is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    if base in (int, float, str):
+        return base(text)
+    if base is Path:
+        return Path(text)
+    return text
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """Add one `--flag` per field of dataclass `cls`, with the field's docstring as help.
+
+    Flags default to `None` so that `config_from_args` can tell what the user set.
+    Booleans take `--flag` / `--no-flag`.
+    """
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    group = parser.add_argument_group(cls.__name__)
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        annotation = hints[field.name]
+        default = field.default if field.default is not dataclasses.MISSING else None
+        if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = field.default_factory()  # type: ignore[misc]
+        help_text = f"{docs.get(field.name, '')} (default: {default})"
+        if _base_type(annotation) is bool:
+            group.add_argument(
+                _flag(field.name), dest=field.name, action=argparse.BooleanOptionalAction,
+                default=None, help=help_text,
+            )
+        else:
+            group.add_argument(
+                _flag(field.name), dest=field.name, default=None, metavar=field.name.upper(),
+                type=lambda text, a=annotation: _parse_value(a, text), help=help_text,
+            )
+
+
+def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "config") -> ConfigT:
+    """Build `cls` from a mapping, naming the source and the field on bad keys or values."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise LaceInputError(
+            f"{source}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
+        )
+    hints = typing.get_type_hints(cls)
+    converted = {}
+    for key, value in values.items():
+        base = _base_type(hints[key])
+        if isinstance(value, str) and base is not str:
+            try:
+                value = _parse_value(hints[key], value)
+            except (ValueError, argparse.ArgumentTypeError) as error:
+                raise LaceInputError(f"{source}: field '{key}': {error}") from error
+        elif typing.get_origin(base) is tuple and isinstance(value, list):
+            value = tuple(value)
+        converted[key] = value
+    return cls(**converted)
+
+
+def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
+    """Read a YAML file of field values into `cls`."""
+    path = Path(path)
+    if not path.is_file():
+        raise LaceInputError(f"{path}: config file not found")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise LaceInputError(f"{path}: expected a mapping of field: value at the top level")
+    return config_from_dict(cls, values, source=str(path))
+
+
+def config_from_args(cls: type[ConfigT], args: argparse.Namespace, yaml_path: str | Path | None = None) -> ConfigT:
+    """Defaults, then the YAML file (if any), then the flags the user actually gave."""
+    base = load_config(cls, yaml_path) if yaml_path else cls()
+    overrides = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(cls)
+        if getattr(args, f.name, None) is not None
+    }
+    return dataclasses.replace(base, **overrides)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config (paths as strings, tuples as lists)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if dataclasses.is_dataclass(value):
+            return config_to_dict(value)
+        return value
+
+    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}

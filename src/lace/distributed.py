@@ -1,0 +1,44 @@
+"""torch.distributed set-up from `torchrun`'s environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str = "cpu") -> DistributedContext:
+    """Join the process group `torchrun` describes (gloo on CPU, nccl on CUDA); no-op alone."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch_device = torch.device(device)
+    if torch_device.type == "cuda":
+        torch_device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(torch_device)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo")
+    return DistributedContext(rank, world_size, local_rank, torch_device)
+
+
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

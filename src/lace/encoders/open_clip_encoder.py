@@ -1,0 +1,85 @@
+"""open_clip models as `DualEncoder`s: any architecture, pretrained tag or local checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import open_clip
+import torch
+
+from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
+
+MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
+open_clip.add_model_config(MODEL_CONFIG_DIR)  # registers the lace-tiny family by name
+
+
+def tiny_model_names() -> list[str]:
+    """Names of the small architectures lace registers with open_clip."""
+    return sorted(path.stem for path in MODEL_CONFIG_DIR.glob("*.json"))
+
+
+class OpenClipEncoder(DualEncoder):
+    """Wraps an `open_clip.CLIP`; `self.model` is the trainable module."""
+
+    def __init__(self, model: torch.nn.Module, name: str, preprocess_train, preprocess, tokenizer):
+        super().__init__()
+        self.model = model
+        self.name = name
+        self.preprocess_train = preprocess_train
+        self.preprocess = preprocess
+        self._tokenizer = tokenizer
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.model.text_projection.shape[-1]) if hasattr(self.model, "text_projection") else int(
+            self.model.visual.output_dim
+        )
+
+    @property
+    def logit_scale(self) -> torch.nn.Parameter:
+        return self.model.logit_scale
+
+    def tokenize(self, texts: list[str]) -> torch.Tensor:
+        return self._tokenizer(texts)
+
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_image(pixels)
+
+    def text_features(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_text(tokens)
+
+    def export_state_dict(self) -> dict[str, torch.Tensor]:
+        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
+
+
+def load_open_clip(model: str, pretrained: str | None = None, device: str | torch.device = "cpu") -> OpenClipEncoder:
+    """Build an open_clip model by name.
+
+    `pretrained` is an open_clip tag (`openai`, `laion2b_s34b_b79k`, ...), a path to a
+    local checkpoint (an open_clip state dict, e.g. written by `lace export`), or
+    None / "none" for random initialisation.
+    """
+    known = open_clip.list_models()
+    if model not in known and not model.startswith(("hf-hub:", "local-dir:")):
+        close = [name for name in known if model.lower()[:4] in name.lower()][:8]
+        raise LaceInputError(
+            f"unknown model name {model!r}: expected an open_clip architecture "
+            f"(e.g. ViT-B-32, {', '.join(tiny_model_names())}), 'hf-clip:<dir or hub id>' or "
+            f"'lace-towers'" + (f"; close names: {close}" if close else "")
+        )
+    if pretrained is not None and pretrained.lower() == "none":
+        pretrained = None
+    if pretrained is not None and not Path(pretrained).exists():
+        tags = open_clip.list_pretrained_tags_by_model(model) if model in known else []
+        if pretrained not in tags and ("/" in pretrained or pretrained.endswith((".pt", ".bin", ".safetensors"))):
+            raise LaceInputError(f"{pretrained}: checkpoint file not found (--pretrained)")
+        if tags and pretrained not in tags:
+            raise LaceInputError(
+                f"unknown pretrained tag {pretrained!r} for {model}: expected one of {tags} or a checkpoint path"
+            )
+    clip, preprocess_train, preprocess = open_clip.create_model_and_transforms(
+        model, pretrained=pretrained, device=device
+    )
+    tokenizer = open_clip.get_tokenizer(model)
+    return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer)

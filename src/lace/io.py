@@ -1,0 +1,76 @@
+"""Atomic writes and output folders that never clobber what a user already had."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from lace.errors import LaceInputError
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it over `path` atomically.
+
+    A process killed mid-write leaves the old file (or nothing), never half a file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: object) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> object:
+    """Read JSON, turning a missing or malformed file into a `LaceInputError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise LaceInputError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise LaceInputError(f"{path}: not valid JSON ({error})") from error
+
+
+def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Create `path` as an output folder; refuse a non-empty one unless `overwrite`.
+
+    With `overwrite` the old contents are removed only when the folder exists.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise LaceInputError(f"{path}: expected an output folder, found a file")
+    if path.is_dir() and any(path.iterdir()):
+        if not overwrite:
+            raise LaceInputError(
+                f"{path}: output folder is not empty; pass --overwrite to replace it"
+            )
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

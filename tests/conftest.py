@@ -1,0 +1,51 @@
+"""Shared fixtures: tiny image-text data made on the fly, nothing downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+torch.set_num_threads(1)
+
+COLOURS = {"red": (220, 30, 30), "green": (30, 180, 30), "blue": (30, 30, 220), "yellow": (230, 220, 40)}
+
+
+def make_images(folder: Path, n: int, size: int = 32) -> list[str]:
+    """Write n small solid-colour PNGs; return their file names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i in range(n):
+        colour = list(COLOURS.values())[i % len(COLOURS)]
+        image = Image.new("RGB", (size, size), colour)
+        name = f"img_{i:03d}.png"
+        image.save(folder / name)
+        names.append(name)
+    return names
+
+
+@pytest.fixture
+def tiny_coco(tmp_path: Path) -> Path:
+    """A COCO captions JSON in annotations/ with images in images/ (COCO's own layout)."""
+    names = make_images(tmp_path / "images", 6)
+    colour_names = list(COLOURS)
+    data = {
+        "images": [{"id": i, "file_name": f"images/{n}", "width": 32, "height": 32} for i, n in enumerate(names)],
+        "annotations": [
+            {"id": 10 * i + j, "image_id": i, "caption": f"a {colour_names[i % 4]} square number {j}"}
+            for i in range(len(names)) for j in range(2)
+        ],
+    }
+    (tmp_path / "annotations").mkdir()
+    path = tmp_path / "annotations" / "captions_train.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
