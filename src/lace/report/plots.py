@@ -1,0 +1,112 @@
+"""Plots for reports: grouped bars, N_k histograms, image grids, active-atom bars.
+
+Every function writes one PNG (atomically) and returns its path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from lace.io import atomic_path  # noqa: E402
+
+
+def _save(figure, path: str | Path) -> Path:
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def grouped_bars(
+    values: Mapping[str, Mapping[str, float]], path: str | Path, title: str, ylabel: str = "",
+    errors: Mapping[str, Mapping[str, float]] | None = None, chance: float | None = None,
+) -> Path:
+    """`values[metric][series]` as groups of bars, one colour per series."""
+    metrics = list(values)
+    series = list(dict.fromkeys(s for m in metrics for s in values[m]))
+    width = 0.8 / max(len(series), 1)
+    figure, axis = plt.subplots(figsize=(max(6, 1.3 * len(metrics) * max(1, len(series) / 3)), 3.8))
+    x = np.arange(len(metrics))
+    for i, name in enumerate(series):
+        heights = [values[m].get(name, np.nan) for m in metrics]
+        yerr = [errors[m].get(name, 0.0) for m in metrics] if errors else None
+        axis.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, yerr=yerr, label=name, capsize=2)
+    if chance is not None:
+        axis.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
+    axis.set_xticks(x, metrics, rotation=20, ha="right")
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend(fontsize=8, ncol=min(len(series) + 1, 4))
+    axis.grid(axis="y", alpha=0.3)
+    return _save(figure, path)
+
+
+def nk_histograms(counts: Mapping[str, np.ndarray], path: str | Path, title: str, k: int) -> Path:
+    """Histograms of N_k (how often each gallery item is in someone's top-k), one per model."""
+    figure, axis = plt.subplots(figsize=(6.5, 3.6))
+    largest = max(int(np.max(c)) for c in counts.values()) if counts else 1
+    bins = np.arange(0, largest + 2) - 0.5 if largest < 60 else 40
+    for name, values in counts.items():
+        axis.hist(values, bins=bins, histtype="step", linewidth=1.5, label=name)
+    axis.axvline(2 * k, color="grey", linestyle=":", linewidth=1, label=f"hub threshold 2k={2 * k}")
+    axis.set_yscale("log")
+    axis.set_xlabel(f"N_{k}")
+    axis.set_ylabel("gallery items")
+    axis.set_title(title)
+    axis.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def image_grid(
+    rows: Sequence[tuple[str, Sequence[Image.Image], Sequence[str] | None]], path: str | Path,
+    title: str = "", cell: float = 1.1,
+) -> Path:
+    """Rows of images, each row labelled on the left; optional short text under each image."""
+    n_cols = max(len(images) for _, images, _ in rows)
+    figure, axes = plt.subplots(len(rows), n_cols, figsize=(cell * n_cols + 1.6, cell * 1.25 * len(rows)),
+                                squeeze=False)
+    for r, (label, images, texts) in enumerate(rows):
+        for c in range(n_cols):
+            axis = axes[r][c]
+            axis.axis("off")
+            if c < len(images):
+                axis.imshow(np.asarray(images[c]))
+                if texts is not None and c < len(texts):
+                    axis.set_title(texts[c], fontsize=6)
+        axes[r][0].text(-0.15, 0.5, label, transform=axes[r][0].transAxes, ha="right", va="center", fontsize=8)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return _save(figure, path)
+
+
+def atom_bars(
+    panels: Sequence[tuple[str, np.ndarray]], atom_labels: Sequence[str], path: str | Path, title: str = "",
+) -> Path:
+    """Active atoms of one embedding, one panel per state (before, after each edit).
+
+    `panels[i][1]` is a code vector of shape (K,); atoms active in any panel are shown.
+    """
+    codes = np.stack([np.asarray(c, dtype=float) for _, c in panels])
+    active = np.flatnonzero(np.abs(codes).sum(axis=0) > 1e-6)
+    order = active[np.argsort(-np.abs(codes[0, active]))]
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 0.32 * len(order) + 1.4),
+                                sharey=True, squeeze=False)
+    names = [f"{k}: {atom_labels[k]}" for k in order]
+    for axis, (label, code) in zip(axes[0], panels):
+        axis.barh(range(len(order)), code[order], color=["C0" if v >= 0 else "C3" for v in code[order]])
+        axis.set_yticks(range(len(order)), names, fontsize=7)
+        axis.invert_yaxis()
+        axis.set_title(label, fontsize=9)
+        axis.grid(axis="x", alpha=0.3)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return _save(figure, path)
