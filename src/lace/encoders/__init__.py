@@ -1,5 +1,6 @@
-"""Dual encoders: one interface (`DualEncoder`), adapters for open_clip and Hugging Face."""
+"""Dual encoders: one interface (`DualEncoder`), adapters for open_clip, Hugging Face and `lace-towers`."""
 
+from lace.encoders import towers as _towers  # noqa: F401  registers `lace-towers`
 from lace.encoders.base import DualEncoder
 from lace.encoders.registry import load_encoder, register_encoder
 
