@@ -1,0 +1,173 @@
+"""`lace dict fit` and `lace dict inspect`: build a labelled concept dictionary, look inside it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from lace.commands.common import add_output_arguments, add_progress_argument
+from lace.config import add_config_arguments, config_from_args, config_to_dict
+from lace.dictionary.build import (
+    DictionaryFitConfig,
+    concept_directions_for_store,
+    fit_labelled_dictionary,
+    load_labelled_dictionary,
+    save_labelled_dictionary,
+)
+from lace.edits import CounterfactualEditor, parse_edit
+from lace.embeddings import EmbeddingStore
+from lace.errors import input_error
+from lace.io import atomic_write_json, prepare_output_dir
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "dict", help="fit or inspect a sparse concept dictionary",
+        description="Sparse concept dictionaries shared by image and text embeddings.",
+    )
+    actions = parser.add_subparsers(dest="dict_command", metavar="ACTION")
+
+    fit = actions.add_parser(
+        "fit", help="fit a dictionary on an embedding store and label its atoms with concepts",
+        description="Fit a sparse dictionary on the centred image and text embeddings of a store "
+                    "(streamed from the memory-mapped .npy files), measure its quality (FVU, cosine, L0, "
+                    "dead atoms per modality), derive concept directions (caption means from the store's "
+                    "captions; prompt templates too when --model is given) and label every atom.",
+    )
+    fit.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
+    fit.add_argument("--model", default=None, help="text encoder for prompt-template concept directions (optional)")
+    fit.add_argument("--pretrained", default=None, help="pretrained tag or checkpoint for --model")
+    fit.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
+    add_config_arguments(fit, DictionaryFitConfig)
+    add_output_arguments(fit, "dictionary folder to write")
+    add_progress_argument(fit)
+    fit.set_defaults(func=run_fit)
+
+    inspect = actions.add_parser(
+        "inspect", help="list atoms, labels and usage; show one embedding's atoms before and after an edit",
+        description="Print every atom's concept label, alignment and usage. With --embeddings and --index, "
+                    "show the active atoms of one embedding, and with --edit the same after the edit; "
+                    "--png draws them as a bar chart.",
+    )
+    inspect.add_argument("--dict", required=True, help="dictionary folder written by `lace dict fit`")
+    inspect.add_argument("--embeddings", default=None, help="embedding store folder (for usage and --index)")
+    inspect.add_argument("--modality", choices=("image", "text"), default="image", help="modality of --index")
+    inspect.add_argument("--index", type=int, default=None, help="row of the embedding to show")
+    inspect.add_argument("--edit", default=None, help="edit to apply to that embedding, e.g. 'transplant:red=blue'")
+    inspect.add_argument("--png", default=None, help="write a bar chart of the active atoms to this file")
+    inspect.add_argument("--top", type=int, default=40, help="atoms to list (most used first)")
+    inspect.set_defaults(func=run_inspect)
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    config = config_from_args(DictionaryFitConfig, args)
+    store = EmbeddingStore.open(args.embeddings)
+    out = prepare_output_dir(args.out, overwrite=args.overwrite)
+    encode_texts = None
+    if args.model:
+        from lace.encoders import load_encoder
+
+        encode_texts = load_encoder(args.model, args.pretrained, device=args.device).encode_texts
+    started = time.perf_counter()
+    directions = concept_directions_for_store(
+        config.vocabulary, store.captions, store.text_embeddings, encode_texts, config.min_mentions
+    )
+    result = fit_labelled_dictionary(
+        store.image_embeddings, store.text_embeddings, directions, config, device=args.device, progress=args.progress
+    )
+    save_labelled_dictionary(result, out)
+    atomic_write_json(out / "fit_config.json", {**config_to_dict(config), "embeddings": str(args.embeddings)})
+    quality = result.dictionary.quality_
+    print(f"fitted {quality['n_atoms']} atoms (s={config.sparsity}, mode={config.mode}) in "
+          f"{time.perf_counter() - started:.1f}s")
+    print(f"{'modality':<9}{'FVU':>8}{'cosine':>9}{'L0':>7}{'dead':>7}")
+    for modality in ("image", "text"):
+        q = quality[modality]
+        print(f"{modality:<9}{q['fvu']:>8.3f}{q['mean_cosine']:>9.3f}{q['mean_l0']:>7.2f}{q['dead_atom_share']:>7.2f}")
+    labelling = result.labelling
+    print(f"tau_align={labelling.tau_align:.3f}: {int(labelling.aligned().sum())} of {labelling.atom_concept.shape[0]} "
+          f"atoms aligned, owning {len(set(labelling.atom_concept[labelling.aligned()].tolist()))} concepts")
+    print(f"wrote {out}")
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    labelled = load_labelled_dictionary(args.dict)
+    dictionary, directions, labelling = labelled.dictionary, labelled.directions, labelled.labelling
+    names = directions.names
+    usage = None
+    store = EmbeddingStore.open(args.embeddings) if args.embeddings else None
+    if store is not None:
+        # usage: share of embeddings (up to 10k per modality, evenly spaced) with the atom active
+        active = []
+        for modality, table in (("image", store.image_embeddings), ("text", store.text_embeddings)):
+            rows = np.unique(np.linspace(0, table.shape[0] - 1, min(10000, table.shape[0])).astype(int))
+            active.append(dictionary.transform(np.asarray(table[rows]), modality, dense=True) > 0)
+        usage = torch.cat(active).float().mean(0)
+    order = torch.argsort(usage, descending=True) if usage is not None else torch.arange(labelling.atom_concept.shape[0])
+    print(f"{'atom':>6}  {'label':<20}{'kind':<11}{'align':>7}{'aligned':>9}" + (f"{'usage':>8}" if usage is not None else ""))
+    for k in order[: args.top].tolist():
+        concept = int(labelling.atom_concept[k])
+        line = (f"{k:>6}  {names[concept]:<20}{directions.groups[concept]:<11}{float(labelling.atom_alignment[k]):>7.3f}"
+                f"{'yes' if bool(labelling.aligned()[k]) else 'no':>9}")
+        if usage is not None:
+            line += f"{float(usage[k]):>8.3f}"
+        print(line)
+    if args.index is None:
+        return 0
+    if store is None:
+        raise input_error("--index", None, "--embeddings to pick the embedding from")
+    table = store.image_embeddings if args.modality == "image" else store.text_embeddings
+    if not 0 <= args.index < table.shape[0]:
+        raise input_error("--index", None, f"a row in 0..{table.shape[0] - 1}", args.index)
+    z = torch.from_numpy(np.array(table[args.index : args.index + 1], dtype=np.float32))
+    before = dictionary.transform(z, args.modality, dense=True)[0]
+    after = None
+    if args.edit:
+        editor = CounterfactualEditor(dictionary, labelling, directions)
+        edited = editor.apply(z, args.modality, parse_edit(args.edit))
+        record = edited.records.to_dicts(editor.unit_names)[0]
+        print(f"edit {args.edit}: proposed={record['proposed']} passed_check={record['passed_check']} "
+              f"step={record['step_size']:.3f}")
+        after = dictionary.transform(edited.embeddings[:, 0], args.modality, dense=True)[0]
+    active = sorted(set(before.nonzero().squeeze(1).tolist()) | (set(after.nonzero().squeeze(1).tolist()) if after is not None else set()))
+    print(f"\nactive atoms of {args.modality} {args.index}:")
+    for k in active:
+        label = names[int(labelling.atom_concept[k])]
+        line = f"{k:>6}  {label:<20}{float(before[k]):>8.3f}"
+        if after is not None:
+            line += f"  -> {float(after[k]):.3f}"
+        print(line)
+    if args.png:
+        _bar_chart(args.png, active, [names[int(labelling.atom_concept[k])] for k in active], before, after,
+                   f"{args.modality} {args.index}" + (f": {args.edit}" if args.edit else ""))
+        print(f"wrote {args.png}")
+    return 0
+
+
+def _bar_chart(path: str, atoms: list[int], labels: list[str], before, after, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lace.io import atomic_path
+
+    positions = np.arange(len(atoms))
+    width = 0.4 if after is not None else 0.8
+    figure, axis = plt.subplots(figsize=(max(4, 0.6 * len(atoms) + 2), 3.5))
+    axis.bar(positions - (width / 2 if after is not None else 0), [float(before[k]) for k in atoms], width, label="before")
+    if after is not None:
+        axis.bar(positions + width / 2, [float(after[k]) for k in atoms], width, label="after")
+        axis.legend()
+    axis.set_xticks(positions, [f"{label}\n#{k}" for k, label in zip(atoms, labels)], rotation=45, ha="right", fontsize=8)
+    axis.set_ylabel("code a_k")
+    axis.set_title(title)
+    figure.tight_layout()
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=120)
+    plt.close(figure)

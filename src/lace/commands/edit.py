@@ -1,0 +1,70 @@
+"""`lace edit`: apply a named edit to one image's embedding and look up the nearest real captions."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from lace.concepts.directions import mention_matrix
+from lace.concepts.vocabulary import Concept, Vocabulary
+from lace.dictionary.build import load_labelled_dictionary, nearest_rows
+from lace.edits import CounterfactualEditor, parse_edit
+from lace.embeddings import EmbeddingStore
+from lace.errors import input_error
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "edit", help="edit one image's embedding by concept and list its nearest captions",
+        description="Apply a named edit (attenuate:c, swap:c=c', transplant:c=c') to an image's embedding "
+                    "and list the nearest real captions before, after, and after a random edit of the same "
+                    "step size.",
+    )
+    parser.add_argument("--dict", required=True, help="dictionary folder written by `lace dict fit`")
+    parser.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
+    parser.add_argument("--image", type=int, required=True, help="row of the image in the store")
+    parser.add_argument("--edit", required=True, help="the edit, e.g. 'transplant:square=star'")
+    parser.add_argument("--k", type=int, default=10, help="neighbours to list")
+    parser.add_argument("--strength", type=float, default=1.0, help="transplant strength (weight multiplier)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random control")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    labelled = load_labelled_dictionary(args.dict)
+    store = EmbeddingStore.open(args.embeddings)
+    if not 0 <= args.image < store.image_embeddings.shape[0]:
+        raise input_error("--image", None, f"a row in 0..{store.image_embeddings.shape[0] - 1}", args.image)
+    spec = parse_edit(args.edit)
+    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, strength=args.strength)
+    z = torch.from_numpy(np.array(store.image_embeddings[args.image : args.image + 1], dtype=np.float32))
+    edited = editor.apply(z, "image", spec)
+    control = editor.apply(z, "image", spec, control="random", generator=torch.Generator().manual_seed(args.seed))
+    record = edited.records.to_dicts(editor.unit_names)[0]
+    if not record["proposed"]:
+        print(f"edit {args.edit} not possible on image {args.image}: the source must be present"
+              + (" and the target absent" if spec.kind == "transplant" else "")
+              + f" (source weight {record['source_weight_before']:.3f})")
+        return 1
+    print(f"edit {args.edit} on image {args.image}: step |(a'-a)D| = {record['step_size']:.3f}, "
+          f"effect check {'passed' if record['passed_check'] else 'FAILED'}")
+    concept = labelled.directions.names[labelled.directions.index(spec.target or spec.source)]
+    mention = _mentions(store.captions, concept, labelled.directions.kinds[labelled.directions.index(concept)])
+    queries = torch.cat([z, edited.embeddings[:, 0].detach(), control.embeddings[:, 0].detach()])
+    _, neighbours = nearest_rows(queries, store.text_embeddings, args.k)
+    for title, rows in zip(("before", "after edit", "after random edit of the same size"), neighbours.tolist()):
+        share = np.mean([mention[r] for r in rows])
+        print(f"\n{title}  (captions naming '{concept}': {share:.0%})")
+        for rank, row in enumerate(rows, 1):
+            print(f"  {rank:>2}. {store.captions[row]}")
+    return 0
+
+
+def _mentions(captions: list[str], concept: str, kind: str) -> np.ndarray:
+    vocabulary = Vocabulary("edit", [Concept(concept, kind, kind)])
+    rows, _ = mention_matrix(vocabulary, captions)
+    flags = np.zeros(len(captions), dtype=bool)
+    flags[rows] = True
+    return flags

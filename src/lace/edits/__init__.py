@@ -1,0 +1,16 @@
+"""Counterfactual edits of sparse concept codes: attenuate, swap, transplant, and their controls."""
+
+from lace.edits.editor import CounterfactualEditor
+from lace.edits.records import EDIT_KINDS, Counterfactuals, EditRecords
+from lace.edits.report import edit_report
+from lace.edits.spec import EditSpec, parse_edit
+
+__all__ = [
+    "EDIT_KINDS",
+    "CounterfactualEditor",
+    "Counterfactuals",
+    "EditRecords",
+    "EditSpec",
+    "edit_report",
+    "parse_edit",
+]

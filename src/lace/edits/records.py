@@ -1,0 +1,104 @@
+"""What an edit batch returns: counterfactual embeddings, validity and per-edit records as tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+EDIT_KINDS = ("attenuate", "swap", "transplant")
+NO_EDIT = -1
+
+
+@dataclass
+class EditRecords:
+    """One entry per (embedding b, edit slot m); every field is a (B, M) tensor.
+
+    kind: index into EDIT_KINDS, -1 where nothing could be proposed.
+    source, target: concept (or, atom-level, atom) edited; target -1 for attenuate.
+    source_weight_before/after, target_weight_before/after: concept weights (sum of
+        owned atoms' codes) before and after the edit.
+    step_size: |(a' - a) D|, the length of the step added to c_hat.
+    proposed: a feasible edit was found for the slot.
+    passed_check: the rebuilt embedding passed the effect check.
+    """
+
+    kind: Tensor
+    source: Tensor
+    target: Tensor
+    source_weight_before: Tensor
+    source_weight_after: Tensor
+    target_weight_before: Tensor
+    target_weight_after: Tensor
+    step_size: Tensor
+    proposed: Tensor
+    passed_check: Tensor
+
+    def replace(self, **changes: Tensor) -> EditRecords:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return EditRecords(**values)
+
+    def to_dicts(self, unit_names: list[str], unit_atoms: list[list[int]] | None = None) -> list[dict]:
+        """Flatten to one dict per (b, m) for reports; `unit_names[i]` names source/target i."""
+        rows = []
+        columns = {f.name: getattr(self, f.name).detach().cpu().tolist() for f in fields(self)}
+        batch, slots = self.kind.shape
+        for b in range(batch):
+            for m in range(slots):
+                kind = columns["kind"][b][m]
+                source, target = columns["source"][b][m], columns["target"][b][m]
+                record = {
+                    "embedding": b,
+                    "slot": m,
+                    "kind": EDIT_KINDS[kind] if kind >= 0 else None,
+                    "source": unit_names[source] if kind >= 0 else None,
+                    "target": unit_names[target] if kind >= 0 and target >= 0 else None,
+                    "source_weight_before": columns["source_weight_before"][b][m],
+                    "source_weight_after": columns["source_weight_after"][b][m],
+                    "target_weight_before": columns["target_weight_before"][b][m],
+                    "target_weight_after": columns["target_weight_after"][b][m],
+                    "step_size": columns["step_size"][b][m],
+                    "proposed": bool(columns["proposed"][b][m]),
+                    "passed_check": bool(columns["passed_check"][b][m]),
+                }
+                if unit_atoms is not None and kind >= 0:
+                    atoms = list(unit_atoms[source])
+                    if target >= 0:
+                        atoms += unit_atoms[target]
+                    record["atoms"] = atoms
+                rows.append(record)
+        return rows
+
+
+@dataclass
+class Counterfactuals:
+    """embeddings: (B, M, d) unit vectors (differentiable in the input z); valid: (B, M) bool,
+    True where the edit was proposed and passed the effect check; records: `EditRecords`."""
+
+    embeddings: Tensor
+    valid: Tensor
+    records: EditRecords
+
+    @property
+    def n_valid(self) -> int:
+        return int(self.valid.sum())
+
+
+def empty_like_slots(batch: int, slots: int, device: torch.device) -> dict[str, Tensor]:
+    """Zero-filled record fields for (B, M) slots."""
+    zeros = torch.zeros(batch, slots, device=device)
+    minus_one = torch.full((batch, slots), NO_EDIT, dtype=torch.long, device=device)
+    return {
+        "kind": minus_one,
+        "source": minus_one.clone(),
+        "target": minus_one.clone(),
+        "source_weight_before": zeros,
+        "source_weight_after": zeros.clone(),
+        "target_weight_before": zeros.clone(),
+        "target_weight_after": zeros.clone(),
+        "step_size": zeros.clone(),
+        "proposed": torch.zeros(batch, slots, dtype=torch.bool, device=device),
+        "passed_check": torch.zeros(batch, slots, dtype=torch.bool, device=device),
+    }
