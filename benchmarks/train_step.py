@@ -1,0 +1,144 @@
+"""Cost of a LACE training step over a plain CLIP step: same model, same batch, one process.
+
+For each setting (the tiny world model at batch 128, a random-init ViT-B-32 at a small
+batch) it times, interleaved so that machine load hits both alike:
+- plain: forward, CLIP loss, backward, AdamW step;
+- lace: the same plus M counterfactual edits of every caption and image embedding
+  (the real `CounterfactualEditor`, a dictionary fitted on random embeddings) and the
+  LACE loss with the extra columns.
+Parts of the LACE step are timed on their own: sparse coding + edits (both sides) and
+the extra logits (LACE loss minus CLIP loss, forward). Median over repeats.
+Last line: one JSON object.
+
+    PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from lace.concepts.directions import directions_from_templates
+from lace.concepts.labelling import label_atoms
+from lace.concepts.vocabulary import load_vocabulary
+from lace.dictionary.concept_dictionary import ConceptDictionary
+from lace.edits import CounterfactualEditor
+from lace.encoders import load_encoder
+from lace.losses import clip_loss, lace_loss
+from lace.train.optim import build_optimizer
+
+VOCABULARY = "src/lace/data/world/vocabulary.yaml"
+
+
+def make_editor(encoder, n_atoms: int, sparsity: int, seed: int = 0) -> CounterfactualEditor:
+    """A dictionary fitted on random unit embeddings, labelled with the world vocabulary."""
+    generator = torch.Generator().manual_seed(seed)
+    d = encoder.embed_dim
+    images = F.normalize(torch.randn(2048, d, generator=generator), dim=-1)
+    texts = F.normalize(torch.randn(2048, d, generator=generator), dim=-1)
+    dictionary = ConceptDictionary(n_atoms=n_atoms, sparsity=sparsity, batch_size=1024).fit(images, texts)
+    with torch.no_grad():
+        directions = directions_from_templates(load_vocabulary(VOCABULARY), encoder.encode_texts, dictionary.mean_text_)
+    # Stand in for a dictionary of real embeddings: make the first atoms the concept directions, so
+    # that edits are proposed (on random atoms almost none would be, and the edit step would be idle).
+    dictionary.atoms_[: len(directions)] = directions.directions
+    labelling = label_atoms(dictionary, directions, images, texts, tau_align=0.3)
+    return CounterfactualEditor(dictionary, labelling, directions)
+
+
+def time_setting(name: str, model: str, batch: int, n_edits: int, repeats: int, n_atoms: int, sparsity: int) -> dict:
+    torch.manual_seed(0)
+    encoder = load_encoder(model, None)
+    editor = make_editor(encoder, n_atoms, sparsity)
+    size = encoder.model.visual.image_size
+    size = size[0] if isinstance(size, (tuple, list)) else size
+    pixels = torch.randn(batch, 3, size, size)
+    tokens = encoder.tokenize([f"a red circle left of a blue square number {i}" for i in range(batch)])
+    optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
+    generator = torch.Generator()
+    parts: dict[str, list[float]] = {"plain": [], "lace": [], "edits": [], "extra_logits": []}
+    valid_share = []
+
+    def step(lace: bool) -> None:
+        start = time.perf_counter()
+        U, V, scale = encoder(pixels, tokens)
+        if lace:
+            generator.manual_seed(len(parts["lace"]))
+            edit_start = time.perf_counter()
+            captions = editor.counterfactuals(V, "text", n_edits, generator=generator)
+            images = editor.counterfactuals(U, "image", n_edits, generator=generator)
+            parts["edits"].append(time.perf_counter() - edit_start)
+            valid_share.append(float(torch.cat([captions.valid, images.valid]).float().mean()))
+            with torch.no_grad():
+                loss_start = time.perf_counter()
+                clip_loss(U, V, scale)
+                plain_seconds = time.perf_counter() - loss_start
+                loss_start = time.perf_counter()
+                lace_loss(U, V, scale, captions.embeddings, captions.valid, images.embeddings, images.valid)
+                parts["extra_logits"].append(time.perf_counter() - loss_start - plain_seconds)
+            loss = lace_loss(U, V, scale, captions.embeddings, captions.valid, images.embeddings, images.valid)
+        else:
+            loss = clip_loss(U, V, scale)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        parts["lace" if lace else "plain"].append(time.perf_counter() - start)
+
+    step(False)
+    step(True)  # warm-up
+    for values in parts.values():
+        values.clear()
+    valid_share.clear()
+    for _ in range(repeats):
+        step(False)
+        step(True)
+    median = {key: statistics.median(values) for key, values in parts.items()}
+    return {
+        "setting": name, "model": model, "batch": batch, "n_edits": n_edits,
+        "plain_ms": 1e3 * median["plain"], "lace_ms": 1e3 * median["lace"],
+        "edits_ms": 1e3 * median["edits"], "extra_logits_ms": 1e3 * median["extra_logits"],
+        "valid_edit_share": statistics.mean(valid_share),
+        "lace_over_plain": median["lace"] / median["plain"],
+        # Less noisy on a loaded machine: the plain step plus the separately timed LACE parts
+        # (backward through the edits not included).
+        "parts_over_plain": (median["plain"] + median["edits"] + median["extra_logits"]) / median["plain"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--n-edits", type=int, default=4)
+    parser.add_argument("--vit-batch", type=int, default=8)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = [
+        time_setting("world tiny", "lace-tiny", 128, args.n_edits, args.repeats, n_atoms=128, sparsity=6),
+        time_setting("ViT-B-32 random init", "ViT-B-32", args.vit_batch, args.n_edits, args.repeats,
+                     n_atoms=512, sparsity=8),
+    ]
+    print(f"{'setting':<22} {'batch':>5} {'plain ms':>9} {'lace ms':>9} {'edits ms':>9} {'extra logits ms':>16} "
+          f"{'valid':>6} {'lace/plain':>10} {'parts/plain':>11}")
+    for r in rows:
+        print(f"{r['setting']:<22} {r['batch']:>5} {r['plain_ms']:>9.1f} {r['lace_ms']:>9.1f} {r['edits_ms']:>9.1f} "
+              f"{r['extra_logits_ms']:>16.2f} {r['valid_edit_share']:>6.2f} {r['lace_over_plain']:>10.3f} "
+              f"{r['parts_over_plain']:>11.3f}")
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+    if torch.cuda.is_available():
+        peak_gb = torch.cuda.max_memory_allocated() / 2**30
+    print(json.dumps({
+        "benchmark": "train_step", "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "threads": args.threads, "settings": rows,
+        "lace_over_plain": max(r["lace_over_plain"] for r in rows), "peak_gb": round(peak_gb, 3),
+    }))
+
+
+if __name__ == "__main__":
+    main()

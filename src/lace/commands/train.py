@@ -1,0 +1,38 @@
+"""`lace train`: contrastive fine-tuning with counterfactual captions and images (or plain)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from lace.commands.common import add_progress_argument
+from lace.config import add_config_arguments, config_from_args
+from lace.train import TrainConfig, train
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help="fine-tune (or pretrain) a dual encoder, with LACE negatives and ablations",
+        description=(
+            "Contrastive training of a CLIP-style dual encoder. Switch on counterfactual captions "
+            "(--counterfactual-captions) and images (--counterfactual-images) for LACE, rule-made caption "
+            "negatives (--caption-negatives) for the text-only baseline, or nothing for plain CLIP training. "
+            "Runs that differ only in a switch see the same data, seeds and steps. Start several processes "
+            "with `torchrun --nproc_per_node N -m lace train ...` for data-parallel training. Writes "
+            "config.json, metrics.jsonl and checkpoints/ into --output; continue with --resume latest."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields (flags override it)")
+    add_config_arguments(parser, TrainConfig)
+    add_progress_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(TrainConfig, args, yaml_path=args.config)
+    result = train(config, progress=args.progress)
+    if os.environ.get("RANK", "0") == "0":  # one summary line, from the main process
+        print(f"trained {result.steps} steps; checkpoint {result.checkpoint_path}; metrics {result.metrics_path}"
+              + (f"; skipped {result.skipped_images} images" if result.skipped_images else ""))
+    return 0

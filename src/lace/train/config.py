@@ -1,0 +1,139 @@
+"""`TrainConfig`: every switch of `lace train`, one docstring each (they become the CLI help)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lace.errors import input_error
+from lace.train.rule_negatives import KINDS as RULE_KINDS
+
+PRECISIONS = ("auto", "fp32", "bf16")
+COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
+EDIT_KINDS = ("attenuate", "swap", "transplant")
+MISSING_IMAGE_POLICIES = ("skip", "error")
+
+
+@dataclass
+class TrainConfig:
+    """Contrastive (fine-)tuning of a dual encoder, with or without LACE negatives."""
+
+    model: str = "lace-tiny"
+    """Architecture: an open_clip name (ViT-B-32, lace-tiny, lace-micro-32, ...)."""
+    pretrained: str | None = None
+    """Starting weights: open_clip tag (openai), a checkpoint path, or none for random init."""
+    data: str | None = None
+    """Training data: COCO captions JSON, Karpathy JSON, CSV/TSV or webdataset shards."""
+    split: str | None = None
+    """Karpathy split to train on (train, restval counts as train); None keeps all images."""
+    image_root: str | None = None
+    """Folder the image paths of the data file are relative to (default: next to the file)."""
+    output: str = "runs/train"
+    """Run folder: config.json, metrics.jsonl, checkpoints/."""
+    overwrite: bool = False
+    """Replace a non-empty run folder (ignored when resuming)."""
+    resume: str | None = None
+    """Continue a run: 'latest' (the run folder's latest checkpoint) or a checkpoint path."""
+    steps: int = 1000
+    """Optimiser steps to run (ignored when epochs is set)."""
+    epochs: float | None = None
+    """Passes over the data; sets steps = ceil(epochs * batches per epoch / grad_accumulation)."""
+    batch_size: int = 128
+    """Global batch size: pairs per contrastive loss, summed over all processes."""
+    lr: float = 1e-5
+    """Peak learning rate of AdamW (1e-5 suits fine-tuning a pretrained CLIP; ~1e-3 from scratch)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay; biases, norms, 1-d params and logit_scale get none (open_clip's rule)."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.98
+    """AdamW beta2 (0.98 as in CLIP)."""
+    eps: float = 1e-6
+    """AdamW epsilon."""
+    warmup_steps: int = 50
+    """Linear warm-up steps before the cosine decay."""
+    grad_clip_norm: float | None = 1.0
+    """Clip the global gradient norm to this value (None: no clipping)."""
+    grad_accumulation: int = 1
+    """Batches per optimiser step; each batch is its own contrastive loss, gradients averaged."""
+    precision: str = "auto"
+    """fp32, bf16 (autocast) or auto (bf16 on CUDA, fp32 on CPU)."""
+    device: str = "auto"
+    """Torch device: auto (cuda if available), cpu or cuda; with torchrun each process takes its local GPU."""
+    seed: int = 0
+    """Seed of the data order, augmentation, initialisation and negatives; switches do not change it."""
+    counterfactual_captions: bool = False
+    """LACE: M edits of each caption embedding are extra negatives of its image's image->text row."""
+    counterfactual_images: bool = False
+    """LACE: M edits of each image embedding are extra negatives of its caption's text->image row."""
+    caption_negatives: bool = False
+    """Text-only baseline: rule-made captions (NegCLIP style), encoded as text, are image->text negatives."""
+    counterfactual_source: str = "dictionary"
+    """How counterfactuals are made: dictionary (sparse-code edits) or concept_arithmetic (ablation)."""
+    edit_kinds: tuple[str, ...] = EDIT_KINDS
+    """Counterfactual edit kinds to draw from: attenuate, swap, transplant."""
+    rule_negative_kinds: tuple[str, ...] = RULE_KINDS
+    """Rule-made caption negative kinds: swap_attributes, swap_objects, replace_attribute, replace_object, replace_relation."""
+    rule_negatives_per_caption: int = 1
+    """Rule-made negatives drawn per caption (each encoded by the text tower)."""
+    n_edits: int = 4
+    """M: counterfactual edits per embedding and side."""
+    counterfactual_weight: float = 1.0
+    """w in plain + w * (extended - plain); 1 is one softmax over batch and negatives."""
+    refresh_dictionary_every: int = 0
+    """Refit the dictionary on recent embeddings every this many steps (0: never)."""
+    refresh_pool_size: int = 4096
+    """Recent embeddings per modality kept for a dictionary refit."""
+    dictionary: str | None = None
+    """Folder of a fitted ConceptDictionary (needed for counterfactuals)."""
+    vocabulary: str | None = None
+    """Vocabulary YAML (or a shipped name such as 'natural') for edits and rule negatives."""
+    checkpoint_every: int = 500
+    """Write a checkpoint every this many steps (and always at the end; 0: only at the end)."""
+    keep_checkpoints: int = 3
+    """Complete checkpoints to keep (older ones are removed after a newer one is written; 0: all)."""
+    on_missing_image: str = "skip"
+    """Missing or unreadable image: skip (and count it) or error."""
+    num_workers: int = 0
+    """DataLoader worker processes for image decoding."""
+    cache_images: bool = False
+    """Keep decoded images in memory after first use (small datasets such as the shapes world)."""
+    log_every: int = 10
+    """Append a metrics.jsonl line every this many steps."""
+    tensorboard: bool = False
+    """Also write TensorBoard scalars to the run folder (when tensorboard is installed)."""
+
+    def validate(self) -> TrainConfig:
+        """Raise `LaceInputError` naming the field on an impossible setting; return self."""
+        where = "train config"
+        positive = {"steps": self.steps, "batch_size": self.batch_size, "grad_accumulation": self.grad_accumulation,
+                    "log_every": self.log_every, "n_edits": self.n_edits,
+                    "rule_negatives_per_caption": self.rule_negatives_per_caption}
+        for name, value in positive.items():
+            if value < 1:
+                raise input_error(where, name, "a positive integer", value)
+        if self.epochs is not None and self.epochs <= 0:
+            raise input_error(where, "epochs", "a positive number or None", self.epochs)
+        for name, value, allowed in (
+            ("precision", self.precision, PRECISIONS),
+            ("counterfactual_source", self.counterfactual_source, COUNTERFACTUAL_SOURCES),
+            ("on_missing_image", self.on_missing_image, MISSING_IMAGE_POLICIES),
+        ):
+            if value not in allowed:
+                raise input_error(where, name, f"one of {allowed}", value)
+        for name, values, allowed in (("edit_kinds", self.edit_kinds, EDIT_KINDS),
+                                      ("rule_negative_kinds", self.rule_negative_kinds, RULE_KINDS)):
+            if not values or any(v not in allowed for v in values):
+                raise input_error(where, name, f"a non-empty subset of {allowed}", values)
+        for name in ("warmup_steps", "checkpoint_every", "keep_checkpoints", "refresh_dictionary_every",
+                     "num_workers"):
+            if getattr(self, name) < 0:
+                raise input_error(where, name, "a non-negative integer", getattr(self, name))
+        if self.lr <= 0 or self.counterfactual_weight < 0:
+            raise input_error(where, "lr / counterfactual_weight", "lr > 0 and counterfactual_weight >= 0")
+        if self.caption_negatives and self.vocabulary is None:
+            raise input_error(where, "vocabulary", "a vocabulary file when caption_negatives is on")
+        return self
+
+    @property
+    def uses_counterfactuals(self) -> bool:
+        return self.counterfactual_captions or self.counterfactual_images

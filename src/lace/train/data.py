@@ -1,0 +1,198 @@
+"""Training data: (pixels, caption) pairs in a seeded global order, sharded over processes.
+
+The order depends only on the seed and the dataset size, never on the switches of a run,
+so ablations see the same pairs in the same batches. Global micro-batch g of epoch e
+holds positions `b*B .. (b+1)*B` of epoch e's permutation (last partial batch dropped);
+process r of W takes the r-th contiguous slice of B/W pairs. One caption per image per
+epoch is drawn from the same seed, and each sample's augmentation is seeded by
+(seed, epoch, image), so workers, resumption and sharding change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from lace.data import ImageTextDataset
+from lace.errors import LaceInputError
+
+
+def _seed(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the loader asks for: which image, which of its captions, in which epoch."""
+
+    index: int
+    caption: int
+    epoch: int
+
+
+class TrainingOrder:
+    """The seeded global order of pairs, as micro-batches of `batch_size` (global).
+
+    `n_captions[i]` is the number of captions of image i.
+    """
+
+    def __init__(self, n_captions: Sequence[int], batch_size: int, seed: int):
+        self.n_captions = np.asarray(n_captions, dtype=np.int64)
+        self.batch_size = batch_size
+        self.seed = seed
+        if len(self.n_captions) < batch_size:
+            raise LaceInputError(
+                f"training data: {len(self.n_captions)} usable images, fewer than one batch of {batch_size}; "
+                "lower --batch-size or add data"
+            )
+        self.batches_per_epoch = len(self.n_captions) // batch_size
+        self._cached_epoch: tuple[int, np.ndarray, np.ndarray] | None = None
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._cached_epoch is None or self._cached_epoch[0] != epoch:
+            rng = np.random.default_rng(_seed(self.seed, 0, epoch))
+            permutation = rng.permutation(len(self.n_captions))
+            captions = rng.integers(0, 2**62, size=len(self.n_captions)) % self.n_captions
+            self._cached_epoch = (epoch, permutation, captions)
+        return self._cached_epoch[1], self._cached_epoch[2]
+
+    def micro_batch(self, number: int, rank: int = 0, world_size: int = 1) -> list[Sample]:
+        """Samples of global micro-batch `number` that process `rank` of `world_size` loads."""
+        epoch, within = divmod(number, self.batches_per_epoch)
+        permutation, captions = self._epoch(epoch)
+        per_rank = self.batch_size // world_size
+        start = within * self.batch_size + rank * per_rank
+        return [Sample(int(i), int(captions[i]), epoch) for i in permutation[start : start + per_rank]]
+
+
+class RankBatches:
+    """Batch sampler over micro-batches `start .. stop - 1` of the order, for one process."""
+
+    def __init__(self, order: TrainingOrder, start: int, stop: int, rank: int = 0, world_size: int = 1):
+        self.order, self.start, self.stop, self.rank, self.world_size = order, start, stop, rank, world_size
+
+    def __iter__(self) -> Iterator[list[Sample]]:
+        for number in range(self.start, self.stop):
+            yield self.order.micro_batch(number, self.rank, self.world_size)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+class ImagePairs(Dataset):
+    """Images read through an `ImageTextDataset`, transformed by the model's training transform.
+
+    An unreadable image gives None when `skip_unreadable` (the batch drops it and counts
+    it), else the reader's `LaceInputError` propagates.
+    """
+
+    def __init__(self, dataset: ImageTextDataset, transform: Callable[[Image.Image], Tensor], seed: int,
+                 skip_unreadable: bool = True, cache_images: bool = False):
+        self.dataset = dataset
+        self.transform = transform
+        self.seed = seed
+        self.skip_unreadable = skip_unreadable
+        self.cache_images = cache_images
+        self._cache: dict[int, Image.Image] = {}
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def n_captions(self) -> list[int]:
+        return [len(record.captions) for record in self.dataset.records]
+
+    def _image(self, index: int) -> Image.Image:
+        if index in self._cache:
+            return self._cache[index]
+        image = self.dataset.load_image(index)
+        if self.cache_images:
+            self._cache[index] = image
+        return image
+
+    def __getitem__(self, sample: Sample) -> tuple[Tensor, str, int] | None:
+        try:
+            image = self._image(sample.index)
+        except LaceInputError:
+            if self.skip_unreadable:
+                return None
+            raise
+        # Seed the (random) training transform per sample, so augmentation does not depend
+        # on workers, on resumption or on anything else drawn from the global generator.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_seed(self.seed, 1, sample.epoch, sample.index))
+            pixels = self.transform(image)
+        return pixels, self.dataset.records[sample.index].captions[sample.caption], sample.index
+
+
+class TensorPairs(Dataset):
+    """Preprocessed pixels held in memory with their captions (no augmentation).
+
+    pixels: (N, 3, H, W) float tensor, already in the model's input format.
+    captions: N captions, or N sequences of captions (one is drawn per image per epoch).
+    """
+
+    def __init__(self, pixels: Tensor, captions: Sequence[str] | Sequence[Sequence[str]]):
+        if pixels.ndim != 4 or len(captions) != pixels.shape[0]:
+            raise LaceInputError(
+                f"in-memory training data: expected pixels (N, 3, H, W) and N captions, "
+                f"got pixels {tuple(pixels.shape)} and {len(captions)} captions"
+            )
+        self.pixels = pixels
+        self.captions = [(c,) if isinstance(c, str) else tuple(c) for c in captions]
+        if any(not c for c in self.captions):
+            raise LaceInputError("in-memory training data: every image needs at least one caption")
+
+    def __len__(self) -> int:
+        return self.pixels.shape[0]
+
+    @property
+    def n_captions(self) -> list[int]:
+        return [len(c) for c in self.captions]
+
+    def __getitem__(self, sample: Sample) -> tuple[Tensor, str, int]:
+        return self.pixels[sample.index], self.captions[sample.index][sample.caption], sample.index
+
+
+@dataclass
+class Batch:
+    """pixels (B, 3, H, W); captions B strings; indices (B,) dataset rows; skipped: dropped images."""
+
+    pixels: Tensor
+    captions: list[str]
+    indices: list[int]
+    skipped: int
+
+
+def collate(samples: list[tuple[Tensor, str, int] | None]) -> Batch:
+    """Stack the readable samples; count the unreadable ones."""
+    kept = [s for s in samples if s is not None]
+    if not kept:
+        raise LaceInputError("training data: no image of a whole batch could be read")
+    return Batch(
+        pixels=torch.stack([s[0] for s in kept]),
+        captions=[s[1] for s in kept],
+        indices=[s[2] for s in kept],
+        skipped=len(samples) - len(kept),
+    )
+
+
+def drop_missing_images(dataset: ImageTextDataset, on_missing_image: str) -> tuple[ImageTextDataset, int]:
+    """Remove records whose image file is missing (policy 'skip') or refuse them ('error')."""
+    missing = dataset.missing_images()
+    if not missing:
+        return dataset, 0
+    if on_missing_image == "error":
+        examples = ", ".join(str(dataset.records[i].image_path) for i in missing[:3])
+        raise LaceInputError(
+            f"{dataset.source}: {len(missing)} image file(s) not found (e.g. {examples}); "
+            "fix the paths (--image-root) or pass --on-missing-image skip"
+        )
+    keep = sorted(set(range(len(dataset))) - set(missing))
+    return dataset.subset(keep), len(missing)

@@ -1,0 +1,77 @@
+"""The counterfactual editor of a run: built from a dictionary folder, refitted on recent embeddings.
+
+Concept directions are computed once, at the start, from the encoder being trained
+(or read from the dictionary folder when it holds them); a refresh refits the dictionary
+and relabels its atoms against those same directions, so that a refit from the same
+embeddings always gives the same editor (which makes resumption exact).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lace.concepts.directions import ConceptDirections, directions_from_templates
+from lace.concepts.labelling import AtomLabelling, label_atoms
+from lace.concepts.vocabulary import load_vocabulary
+from lace.dictionary.concept_dictionary import ConceptDictionary
+from lace.edits import CounterfactualEditor
+from lace.encoders import DualEncoder
+from lace.errors import LaceInputError
+from lace.train.config import TrainConfig
+
+# Settings a refreshed editor keeps from the one it replaces.
+EDITOR_SETTINGS = ("kinds", "gamma", "strength", "target", "tau_use", "effect_check", "atom_level",
+                   "swap_min_gap", "attenuate_margin")
+
+
+def build_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEditor:
+    """Editor from `config.dictionary` (a `ConceptDictionary` folder) and `config.vocabulary`.
+
+    The dictionary's dimension is checked against the encoder before anything else.
+    """
+    if config.dictionary is None:
+        raise LaceInputError(
+            "train config: field 'dictionary': expected a fitted dictionary folder when counterfactual_captions "
+            "or counterfactual_images is on (lace dictionary writes one)"
+        )
+    folder = Path(config.dictionary)
+    dictionary = ConceptDictionary.load(folder)
+    if dictionary.atoms_.shape[1] != encoder.embed_dim:
+        raise LaceInputError(
+            f"{folder}: dictionary atoms have dimension {dictionary.atoms_.shape[1]}, but {config.model} embeds in "
+            f"dimension {encoder.embed_dim}; fit the dictionary on embeddings of this model"
+        )
+    if (folder / "concept_directions.safetensors").is_file():
+        directions = ConceptDirections.load(folder)
+    else:
+        if config.vocabulary is None:
+            raise LaceInputError(
+                f"train config: field 'vocabulary': expected a vocabulary ({folder} holds no concept directions)"
+            )
+        with torch.no_grad():
+            directions = directions_from_templates(
+                load_vocabulary(config.vocabulary), lambda texts: encoder.encode_texts(texts).cpu(),
+                dictionary.mean_text_)
+    if (folder / "labelling.safetensors").is_file():
+        labelling = AtomLabelling.load(folder)
+    else:
+        labelling = label_atoms(dictionary, directions)
+    return CounterfactualEditor(dictionary, labelling, directions, kinds=config.edit_kinds)
+
+
+def refresh_editor(editor: CounterfactualEditor, image_embeddings: torch.Tensor,
+                   text_embeddings: torch.Tensor) -> CounterfactualEditor:
+    """A new editor whose dictionary is refitted on (N, d) recent image and text embeddings.
+
+    Same dictionary parameters, same concept directions, same edit settings.
+    """
+    old = editor.dictionary
+    extra = {"directions": editor.directions} if old.mode == "vocabulary" else {}
+    dictionary = ConceptDictionary(**old.get_params(), **extra)
+    images, texts = image_embeddings.detach().float().cpu(), text_embeddings.detach().float().cpu()
+    dictionary.fit(images, texts)
+    labelling = label_atoms(dictionary, editor.directions, images, texts)
+    settings = {name: getattr(editor, name) for name in EDITOR_SETTINGS if hasattr(editor, name)}
+    return CounterfactualEditor(dictionary, labelling, editor.directions, **settings)

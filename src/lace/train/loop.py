@@ -1,0 +1,421 @@
+"""`train`: the training loop shared by plain (pre)training, LACE and its ablations.
+
+One optimiser step = `grad_accumulation` micro-batches of `batch_size` pairs (global),
+each its own contrastive loss. Per micro-batch: encode images and captions (plus any
+rule-made captions, in the same text pass), make the counterfactual negatives, gather
+the embeddings of all processes, and take the LACE loss of this process's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from lace.config import config_to_dict
+from lace.data import ImageTextDataset, read_dataset
+from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
+from lace.encoders import DualEncoder, load_encoder
+from lace.errors import LaceInputError
+from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
+from lace.losses import clip_loss, lace_loss
+from lace.train import checkpoints
+from lace.train.config import TrainConfig
+from lace.train.data import (
+    ImagePairs,
+    RankBatches,
+    TensorPairs,
+    TrainingOrder,
+    collate,
+    drop_missing_images,
+)
+from lace.train.distributed import barrier, gather_rows, gather_with_grad, sum_over_processes
+from lace.train.editor import build_editor, refresh_editor
+from lace.train.negatives import (
+    Negatives,
+    check_editor_dimension,
+    counterfactual_negatives,
+    rule_made_captions,
+)
+from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
+from lace.train.rule_negatives import RuleNegatives
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
+# Fields that fix the model, the data order or what a step means: a resumed run must keep them.
+RESUME_INVARIANTS = ("model", "data", "split", "batch_size", "grad_accumulation", "seed")
+
+
+@dataclass
+class TrainResult:
+    """What a finished run hands back."""
+
+    model: DualEncoder
+    run_dir: Path
+    metrics_path: Path
+    checkpoint_path: Path | None
+    steps: int
+    skipped_images: int
+    last_metrics: dict = field(default_factory=dict)
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def train(
+    config: TrainConfig,
+    editor=None,
+    dataset: ImageTextDataset | TensorPairs | None = None,
+    progress: bool = True,
+    on_batch: Callable[[int, list[int]], None] | None = None,
+) -> TrainResult:
+    """Train `config.model` on `dataset` (default: read `config.data`) as `config` says.
+
+    Args:
+        editor: a `lace.edits.CounterfactualEditor` (default: built from `config.dictionary`
+            and `config.vocabulary` when counterfactuals are on).
+        dataset: an `ImageTextDataset`, in-memory `TensorPairs`, or None to read `config.data`.
+        on_batch: called as `on_batch(micro_batch_number, dataset_indices)` for every
+            micro-batch this process trains on (to record the data order).
+    Runs distributed when started by torchrun (environment variables set).
+    """
+    config.validate()
+    already_initialised = dist.is_available() and dist.is_initialized()
+    context = init_distributed(resolve_device(config.device))
+    try:
+        return Trainer(config, context, editor, dataset, progress, on_batch).run()
+    finally:
+        if not already_initialised:
+            shutdown_distributed()
+
+
+class Trainer:
+    """State of one run; `run()` trains it to `total_steps`."""
+
+    def __init__(self, config: TrainConfig, context: DistributedContext, editor, dataset, progress: bool,
+                 on_batch: Callable[[int, list[int]], None] | None):
+        self.config, self.context, self.progress, self.on_batch = config, context, progress, on_batch
+        self.device = context.device
+        if config.batch_size % context.world_size:
+            raise LaceInputError(
+                f"train config: field 'batch_size': expected a multiple of the {context.world_size} processes "
+                f"(got {config.batch_size})"
+            )
+        self.run_dir = self._prepare_run_dir()
+        torch.manual_seed(config.seed)  # the same initial weights in every process and every ablation
+        self.encoder = load_encoder(config.model, config.pretrained, device="cpu").to(self.device)
+        self.pairs, self.skipped_images = self._training_pairs(dataset)
+        self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
+        self.total_steps = config.steps
+        if config.epochs is not None:
+            self.total_steps = math.ceil(config.epochs * self.order.batches_per_epoch / config.grad_accumulation)
+        self.editor = None
+        if config.uses_counterfactuals:
+            self.editor = editor if editor is not None else build_editor(config, self.encoder)
+            check_editor_dimension(self.editor, self.encoder.embed_dim, config.dictionary or "editor")
+        self.rules = None
+        if config.caption_negatives:
+            from lace.concepts.vocabulary import load_vocabulary
+
+            self.rules = RuleNegatives(load_vocabulary(config.vocabulary), config.rule_negative_kinds)
+        self.bf16 = config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda")
+        self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay,
+                                         (config.beta1, config.beta2), config.eps)
+        self.model = self.encoder
+        if context.enabled:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.encoder, device_ids=device_ids)
+        self.step = 0
+        self.samples_seen = 0
+        self.pool_images: deque[torch.Tensor] = deque()
+        self.pool_texts: deque[torch.Tensor] = deque()
+        self.refit_images: torch.Tensor | None = None
+        self.refit_texts: torch.Tensor | None = None
+        self.checkpoint_path: Path | None = None
+        if config.resume:
+            self._resume()
+        elif context.is_main:
+            atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(config))
+        self.metrics_path = self.run_dir / METRICS_FILE
+
+    # ---- set-up -----------------------------------------------------------------------
+
+    def _prepare_run_dir(self) -> Path:
+        run_dir = Path(self.config.output)
+        if self.config.resume:
+            if not run_dir.is_dir():
+                raise LaceInputError(f"{run_dir}: run folder not found (--resume needs the folder of the run)")
+        elif self.context.is_main:
+            prepare_output_dir(run_dir, self.config.overwrite)
+        barrier(self.context)
+        return run_dir
+
+    def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs, int]:
+        config = self.config
+        if isinstance(dataset, TensorPairs):
+            return dataset, 0
+        if dataset is None:
+            if config.data is None:
+                raise LaceInputError("train config: field 'data': expected a dataset path (--data)")
+            dataset = read_dataset(config.data, split=config.split, image_root=config.image_root)
+        if not isinstance(dataset, ImageTextDataset):
+            raise LaceInputError(f"train(): expected an ImageTextDataset or TensorPairs, got {type(dataset).__name__}")
+        dataset, missing = drop_missing_images(dataset, config.on_missing_image)
+        if missing and self.context.is_main:
+            logger.warning("%s: skipped %d record(s) whose image file is missing", dataset.source, missing)
+        pairs = ImagePairs(dataset, self.encoder.preprocess_train, config.seed,
+                           skip_unreadable=config.on_missing_image == "skip", cache_images=config.cache_images)
+        return pairs, missing
+
+    def _resume(self) -> None:
+        config = self.config
+        saved_path = self.run_dir / CONFIG_FILE
+        if saved_path.is_file():
+            saved = json.loads(saved_path.read_text(encoding="utf-8"))
+            current = config_to_dict(config)
+            changed = [k for k in RESUME_INVARIANTS if k in saved and saved[k] != current[k]]
+            if changed:
+                raise LaceInputError(
+                    f"{saved_path}: cannot resume with a different {', '.join(changed)} "
+                    f"(run has {[saved[k] for k in changed]}, given {[current[k] for k in changed]})"
+                )
+        manifest = checkpoints.resolve_checkpoint(self.run_dir, config.resume)
+        checkpoint = checkpoints.load_checkpoint(manifest, self.run_dir)
+        state = checkpoint.state
+        if state.get("world_batch") != [config.batch_size, config.grad_accumulation]:
+            raise LaceInputError(f"{manifest}: saved with batch size / accumulation {state.get('world_batch')}, "
+                                 f"resumed with {[config.batch_size, config.grad_accumulation]}")
+        self.encoder.load_state_dict(checkpoint.weights)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        self.samples_seen = int(state["samples_seen"])
+        self.skipped_images = int(state["skipped_images"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.device.type == "cuda" and state.get("cuda_rng") is not None and state["cuda_rng"].numel():
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        if state.get("pool_images") is not None and state["pool_images"].numel():
+            self.pool_images.append(state["pool_images"].to(self.device))
+            self.pool_texts.append(state["pool_texts"].to(self.device))
+        if state.get("refit_images") is not None and state["refit_images"].numel() and self.editor is not None:
+            # Refitting on the saved pool rebuilds the dictionary the run was using.
+            self.refit_images, self.refit_texts = state["refit_images"], state["refit_texts"]
+            self.editor = refresh_editor(self.editor, self.refit_images, self.refit_texts)
+        self.checkpoint_path = manifest
+        if self.context.is_main:
+            _truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+
+    # ---- one micro-batch ----------------------------------------------------------------
+
+    def _micro_step(self, batch, number: int) -> tuple[torch.Tensor, dict]:
+        config = self.config
+        n = len(batch.captions)
+        texts = batch.captions
+        rule_valid = None
+        if self.rules is not None:
+            epoch = number // self.order.batches_per_epoch
+            keys = [(config.seed, epoch, index) for index in batch.indices]
+            rule_texts, rule_valid = rule_made_captions(self.rules, batch.captions, keys,
+                                                        config.rule_negatives_per_caption)
+            texts = batch.captions + rule_texts
+        tokens = self.encoder.tokenize(texts)
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        with autocast:
+            U, all_texts, scale = self.model(batch.pixels.to(self.device, non_blocking=True),
+                                             tokens.to(self.device, non_blocking=True))
+        U, all_texts, scale = U.float(), all_texts.float(), scale.float()
+        V = all_texts[:n]  # (B, d)
+        negatives = Negatives()
+        if self.editor is not None:
+            generator = torch.Generator(self.device).manual_seed(
+                int(np.random.SeedSequence([config.seed, 2, number, self.context.rank]).generate_state(1)[0]))
+            negatives = counterfactual_negatives(
+                self.editor, U, V, config.n_edits, config.counterfactual_captions, config.counterfactual_images,
+                config.counterfactual_source, generator)
+        if rule_valid is not None:
+            negatives.add_captions(all_texts[n:].view(n, config.rule_negatives_per_caption, -1),  # (B, R, d)
+                                   rule_valid.to(self.device))
+        gallery_images, offset = gather_with_grad(U, self.context)
+        gallery_texts, _ = gather_with_grad(V, self.context)
+        loss = lace_loss(U, V, scale, negatives.caption_negatives, negatives.caption_valid,
+                         negatives.image_negatives, negatives.image_valid, weight=config.counterfactual_weight,
+                         gallery_images=gallery_images, gallery_texts=gallery_texts, row_offset=offset)
+        with torch.no_grad():
+            plain = clip_loss(U, V, scale, gallery_images=gallery_images, gallery_texts=gallery_texts,
+                              row_offset=offset)
+        if config.refresh_dictionary_every and self.editor is not None:
+            self.pool_images.append(U.detach())
+            self.pool_texts.append(V.detach())
+            _trim(self.pool_images, config.refresh_pool_size)
+            _trim(self.pool_texts, config.refresh_pool_size)
+        # Tensors, not numbers: reading them out each micro-batch would stall the GPU; `_log` does it.
+        stats = {"loss": loss.detach(), "plain_loss": plain, "samples": n, "skipped": batch.skipped,
+                 "caption_valid": _valid_rows(negatives.caption_valid),
+                 "image_valid": _valid_rows(negatives.image_valid)}
+        return loss, stats
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        config, context = self.config, self.context
+        accumulation = config.grad_accumulation
+        loader = DataLoader(
+            self.pairs,
+            batch_sampler=RankBatches(self.order, self.step * accumulation, self.total_steps * accumulation,
+                                      context.rank, context.world_size),
+            collate_fn=collate, num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+        )
+        batches = iter(loader)
+        writer = self._tensorboard()
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=not (self.progress and context.is_main),
+                   desc="train", unit="step")
+        window: list[dict] = []
+        window_started = time.perf_counter()
+        last_metrics: dict = {}
+        self.encoder.train()
+        while self.step < self.total_steps:
+            lr = cosine_lr(self.step, config.lr, config.warmup_steps, self.total_steps)
+            set_lr(self.optimizer, lr)
+            for k in range(accumulation):
+                number = self.step * accumulation + k
+                batch = next(batches)
+                if self.on_batch is not None:
+                    self.on_batch(number, list(batch.indices))
+                sync = k == accumulation - 1 or not context.enabled
+                with nullcontext() if sync else self.model.no_sync():
+                    loss, stats = self._micro_step(batch, number)
+                    (loss / accumulation).backward()
+                window.append(stats)
+            if config.grad_clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), config.grad_clip_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            clamp_logit_scale(self.encoder.logit_scale)
+            self.step += 1
+            if config.refresh_dictionary_every and self.editor is not None \
+                    and self.step % config.refresh_dictionary_every == 0:
+                self._refresh_dictionary()
+            checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
+                or self.step == self.total_steps
+            # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
+            if self.step % config.log_every == 0 or checkpoint_now:
+                last_metrics = self._log(window, time.perf_counter() - window_started, lr, writer)
+                bar.set_postfix(loss=f"{last_metrics['loss']:.4f}", lr=f"{lr:.2e}",
+                                samples_per_s=f"{last_metrics['samples_per_second']:.0f}")
+                window, window_started = [], time.perf_counter()
+            if checkpoint_now:
+                self._save_checkpoint()
+            bar.update(1)
+        bar.close()
+        if writer is not None:
+            writer.close()
+        barrier(context)
+        return TrainResult(self.encoder, self.run_dir, self.run_dir / METRICS_FILE, self.checkpoint_path,
+                           self.step, self.skipped_images, last_metrics)
+
+    def _refresh_dictionary(self) -> None:
+        self.refit_images = gather_rows(torch.cat(list(self.pool_images)), self.context).cpu()
+        self.refit_texts = gather_rows(torch.cat(list(self.pool_texts)), self.context).cpu()
+        self.editor = refresh_editor(self.editor, self.refit_images, self.refit_texts)
+        check_editor_dimension(self.editor, self.encoder.embed_dim, "refreshed dictionary")
+
+    def _log(self, window: list[dict], seconds: float, lr: float, writer) -> dict:
+        keys = ("loss", "plain_loss", "caption_valid", "image_valid")
+        local = [float(sum(s[k] for s in window)) for k in keys] + [sum(s["samples"] for s in window),
+                                                               sum(s["skipped"] for s in window), len(window)]
+        totals = sum_over_processes(local, self.context)
+        count = totals[-1]
+        samples, skipped = int(totals[-3]), int(totals[-2])
+        self.samples_seen += samples
+        self.skipped_images += skipped
+        metrics = {
+            "step": self.step,
+            "epoch": self.step * self.config.grad_accumulation / self.order.batches_per_epoch,
+            "loss": totals[0] / count,
+            "plain_loss": totals[1] / count,
+            "lr": lr,
+            "logit_scale": float(self.encoder.logit_scale.exp().item()),
+            "samples_per_second": samples / max(seconds, 1e-9),
+            "caption_negatives_valid_rows": totals[2] / max(samples, 1),
+            "image_negatives_valid_rows": totals[3] / max(samples, 1),
+            "samples_seen": self.samples_seen,
+            "skipped_images": self.skipped_images,
+        }
+        if self.context.is_main:
+            with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+                f.write(json.dumps(metrics) + "\n")
+            if writer is not None:
+                for key, value in metrics.items():
+                    if key != "step":
+                        writer.add_scalar(f"train/{key}", value, self.step)
+        return metrics
+
+    def _save_checkpoint(self) -> None:
+        if not self.context.is_main:
+            barrier(self.context)
+            return
+        empty = torch.zeros(0)
+        pool_images = torch.cat(list(self.pool_images)).cpu() if self.pool_images else empty
+        pool_texts = torch.cat(list(self.pool_texts)).cpu() if self.pool_texts else empty
+        state = {
+            "step": self.step,
+            "micro_batch": self.step * self.config.grad_accumulation,
+            "world_batch": [self.config.batch_size, self.config.grad_accumulation],
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else empty,
+            "samples_seen": self.samples_seen,
+            "skipped_images": self.skipped_images,
+            "pool_images": pool_images,
+            "pool_texts": pool_texts,
+            "refit_images": self.refit_images if self.refit_images is not None else empty,
+            "refit_texts": self.refit_texts if self.refit_texts is not None else empty,
+        }
+        self.checkpoint_path = checkpoints.save_checkpoint(
+            self.run_dir, self.step, self.encoder.state_dict(), state, keep=self.config.keep_checkpoints)
+        barrier(self.context)
+
+    def _tensorboard(self):
+        if not (self.config.tensorboard and self.context.is_main):
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            logger.warning("tensorboard is not installed; metrics go to %s only", METRICS_FILE)
+            return None
+        return SummaryWriter(str(self.run_dir / "tensorboard"))
+
+
+def _trim(pool: deque, size: int) -> None:
+    while sum(t.shape[0] for t in pool) - pool[0].shape[0] >= size:
+        pool.popleft()
+
+
+def _valid_rows(valid: torch.Tensor | None) -> torch.Tensor | float:
+    return valid.any(dim=1).sum() if valid is not None else 0.0
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines logged after the checkpoint being resumed (they will be logged again)."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))

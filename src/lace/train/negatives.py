@@ -1,0 +1,94 @@
+"""Extra negatives of one training batch: counterfactual embeddings and rule-made captions.
+
+Counterfactuals come from a `CounterfactualEditor` (`lace.edits`): codes are computed
+without gradient with the frozen dictionary, the edit step is a constant, and the
+rebuilt negative keeps its gradient through the embedding it was made from.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lace.errors import LaceInputError
+from lace.train.rule_negatives import RuleNegatives
+
+
+@dataclass
+class Negatives:
+    """caption_* extend image->text rows, image_* text->image rows; (B, M, d) and (B, M)."""
+
+    caption_negatives: Tensor | None = None
+    caption_valid: Tensor | None = None
+    image_negatives: Tensor | None = None
+    image_valid: Tensor | None = None
+
+    def add_captions(self, negatives: Tensor, valid: Tensor) -> None:
+        if self.caption_negatives is None:
+            self.caption_negatives, self.caption_valid = negatives, valid
+        else:
+            self.caption_negatives = torch.cat([self.caption_negatives, negatives], dim=1)
+            self.caption_valid = torch.cat([self.caption_valid, valid], dim=1)
+
+
+def dictionary_dim(editor) -> int | None:
+    """Dimension of the atoms of the editor's dictionary, when it exposes one."""
+    dictionary = getattr(editor, "dictionary", None)
+    for name in ("atoms_", "components_"):
+        atoms = getattr(dictionary, name, None)
+        if atoms is not None:
+            return int(atoms.shape[1])
+    return None
+
+
+def check_editor_dimension(editor, embed_dim: int, where: str) -> None:
+    """Refuse a dictionary whose atoms do not live in the encoder's space (before any step)."""
+    dim = dictionary_dim(editor)
+    if dim is not None and dim != embed_dim:
+        raise LaceInputError(
+            f"{where}: dictionary atoms have dimension {dim}, but the model embeds in dimension {embed_dim}; "
+            "fit the dictionary on embeddings of this model (lace dictionary)"
+        )
+
+
+def counterfactual_negatives(
+    editor, U: Tensor, V: Tensor, n_edits: int, captions: bool, images: bool, source: str,
+    generator: torch.Generator | None,
+) -> Negatives:
+    """Counterfactual negatives of a batch: edits of V[i] for row i (captions), of U[j] for row j (images).
+
+    U, V: (B, d) unit embeddings with gradient. Runs in float32 outside autocast, since
+    sparse coding in bf16 would pick different atoms.
+    """
+    make = editor.counterfactuals if source == "dictionary" else editor.concept_arithmetic
+    negatives = Negatives()
+    with torch.autocast(U.device.type, enabled=False):
+        if captions:
+            edited = make(V.float(), "text", n_edits, generator=generator)
+            negatives.caption_negatives, negatives.caption_valid = edited.embeddings, edited.valid
+        if images:
+            edited = make(U.float(), "image", n_edits, generator=generator)
+            negatives.image_negatives, negatives.image_valid = edited.embeddings, edited.valid
+    return negatives
+
+
+def rule_made_captions(
+    rules: RuleNegatives, captions: list[str], keys: list[tuple[int, int, int]], per_caption: int
+) -> tuple[list[str], Tensor]:
+    """`per_caption` rule-made negatives per caption, drawn per sample (key = seed, epoch, image).
+
+    Returns B * per_caption texts (a caption with no applicable rule repeats itself
+    there and is marked invalid) and a (B, per_caption) validity mask. Seeding per sample
+    makes the negatives independent of how the batch is split over processes.
+    """
+    texts, valid = [], []
+    for caption, key in zip(captions, keys):
+        rng = random.Random("-".join(map(str, key)))
+        for _ in range(per_caption):
+            made = rules.make(caption, None, rng)
+            texts.append(made if made is not None else caption)
+            valid.append(made is not None)
+    return texts, torch.tensor(valid, dtype=torch.bool).view(len(captions), per_caption)
