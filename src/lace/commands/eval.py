@@ -1,0 +1,47 @@
+"""`lace eval`: retrieval, compositional benchmarks and geometry diagnostics for one model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lace.commands.common import add_model_arguments, add_progress_argument
+from lace.config import add_config_arguments, config_from_args
+from lace.encoders import load_encoder
+from lace.errors import LaceInputError
+from lace.eval.runner import EvalConfig, run_evaluation
+from lace.io import atomic_write_json
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="score a model on retrieval, compositional benchmarks and geometry diagnostics",
+        description="Embed each benchmark image and caption once, score retrieval (recall@1/5/10), "
+                    "SugarCrepe, ARO, Winoground, VALSE and the shapes world, and measure the "
+                    "geometry of the space (hubness, one-way neighbours, mutual k-NN, brittleness "
+                    "under rule-made edits) against an isotropic baseline. Writes one results JSON.",
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--config", default=None, help="YAML file of EvalConfig fields (flags override it)")
+    add_config_arguments(parser, EvalConfig)
+    parser.add_argument("--out", required=True, help="results JSON file to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    add_progress_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(EvalConfig, args, args.config)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise LaceInputError(f"{out}: results file exists; pass --overwrite to replace it")
+    if out.is_dir():
+        raise LaceInputError(f"{out}: expected a results file path, found a folder")
+    encoder = load_encoder(args.model, args.pretrained, device=args.device)
+    results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained, progress=args.progress)
+    atomic_write_json(out, results)
+    for name, figures in results["benchmarks"].items():
+        headline = ", ".join(f"{key} {value:.3f}" for key, value in list(figures.items())[:4] if value is not None)
+        print(f"{name}: {headline}")
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,59 @@
+"""SugarCrepe (Hsieh et al., 2023): seven files of (COCO image, caption, hard negative).
+
+Layout: `<root>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json`,
+each a dict id -> {"filename", "caption", "negative_caption"}, and the COCO val2017 images
+(default `<root>/val2017`). Score: share of items with s(image, caption) >
+s(image, negative_caption), per file, and their mean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
+from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.benchmarks.pairs import PairItems, score_pairs
+from lace.eval.embedding_cache import EmbeddingCache
+from lace.io import read_json
+
+SUGARCREPE_FILES = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+COCO_URL = "cocodataset.org (val2017 images)"
+
+
+@register_benchmark("sugarcrepe")
+class SugarCrepe(Benchmark):
+    published_at = "github.com/RAIVNLab/sugar-crepe"
+
+    def load(self, root: str | Path, image_root: str | Path | None = None) -> dict[str, PairItems]:
+        root = Path(root)
+        image_root = Path(image_root) if image_root is not None else root / "val2017"
+        if not image_root.is_dir():
+            raise LaceInputError(
+                f"sugarcrepe: image folder not found: {image_root}; SugarCrepe uses the COCO val2017 "
+                f"images, published at {COCO_URL} (pass the folder as the image root)"
+            )
+        data = {}
+        for name in SUGARCREPE_FILES:
+            path = self.require_file(root / f"{name}.json")
+            items = read_json(path)
+            if not isinstance(items, dict):
+                raise LaceInputError(f"{path}: expected a JSON object of id -> item (got {type(items).__name__})")
+            pairs = PairItems()
+            for key, item in items.items():
+                pairs.image_paths.append(str(image_root / text_field(item, "filename", path, key)))
+                pairs.captions.append(text_field(item, "caption", path, key))
+                pairs.negatives.append(text_field(item, "negative_caption", path, key))
+            self.require_images(pairs.image_paths, COCO_URL)
+            data[name] = pairs
+        return data
+
+    def evaluate(
+        self, encoder: DualEncoder, data: dict[str, PairItems], cache: EmbeddingCache | None = None,
+        progress: bool = False,
+    ) -> dict[str, float]:
+        cache = cache_for(encoder, cache, progress)
+        figures = {name: score_pairs(cache, items) for name, items in data.items()}
+        figures["mean"] = sum(figures.values()) / len(figures)
+        return figures
+

@@ -1,0 +1,70 @@
+"""Winoground (Thrush et al., CVPR 2022): two images, two captions with the same words.
+
+Layout of the Hugging Face release: `<root>/examples.jsonl` (one JSON object per line
+with "id", "caption_0", "caption_1", "image_0", "image_1") and `<root>/images/<image>.png`.
+Text, image and group scores exactly as the paper defines them (`winoground_scores`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
+from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.metrics import winoground_scores
+
+
+@dataclass
+class WinogroundItems:
+    """n examples: image_paths[i] = (image_0, image_1), captions[i] = (caption_0, caption_1)."""
+
+    ids: list[str] = field(default_factory=list)
+    image_paths: list[tuple[str, str]] = field(default_factory=list)
+    captions: list[tuple[str, str]] = field(default_factory=list)
+
+
+def winoground_score_tensor(cache: EmbeddingCache, items: WinogroundItems) -> torch.Tensor:
+    """(n, 2, 2) similarities s[i, c, m] = s(caption_c, image_m)."""
+    images = cache.images([(p, None) for pair in items.image_paths for p in pair]).view(-1, 2, cache.encoder.embed_dim)
+    texts = cache.texts([c for pair in items.captions for c in pair]).view(-1, 2, cache.encoder.embed_dim)
+    return torch.einsum("ncd,nmd->ncm", texts, images)
+
+
+@register_benchmark("winoground")
+class Winoground(Benchmark):
+    published_at = "huggingface.co/datasets/facebook/winoground"
+
+    def load(self, root: str | Path) -> WinogroundItems:
+        root = Path(root)
+        path = self.require_file(root / "examples.jsonl")
+        items = WinogroundItems()
+        for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                example = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise LaceInputError(f"{path}:{line_number}: not valid JSON ({error})") from error
+            where = f"{path}:{line_number}"
+            items.ids.append(str(example.get("id", line_number - 1)) if isinstance(example, dict) else "")
+            images = tuple(str(root / "images" / f"{text_field(example, f'image_{j}', where, 'line')}.png")
+                           for j in (0, 1))
+            items.image_paths.append(images)  # type: ignore[arg-type]
+            items.captions.append((text_field(example, "caption_0", where, "line"),
+                                   text_field(example, "caption_1", where, "line")))
+        if not items.ids:
+            raise LaceInputError(f"{path}: no examples")
+        self.require_images([p for pair in items.image_paths for p in pair])
+        return items
+
+    def evaluate(
+        self, encoder: DualEncoder, data: WinogroundItems, cache: EmbeddingCache | None = None,
+        progress: bool = False,
+    ) -> dict[str, float]:
+        return winoground_scores(winoground_score_tensor(cache_for(encoder, cache, progress), data))

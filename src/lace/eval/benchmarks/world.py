@@ -1,0 +1,89 @@
+"""The shapes world's binding benchmarks (folder written by `lace world`).
+
+- `benchmarks/<split>.json`: items {"family", "filename", "caption", "negative_caption",
+  "negative_filename"}, paths relative to the world folder. Both directions per family:
+  i2t, s(image, caption) > s(image, negative_caption); t2i, s(caption, image) >
+  s(caption, negative_image).
+- `benchmarks/<split>_winoground.json`: {"id", "image_0", "image_1", "caption_0",
+  "caption_1"} with caption_i describing image_i; Winoground's text, image, group scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
+from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.benchmarks.winoground import WinogroundItems, winoground_score_tensor
+from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.metrics import group_accuracy, winoground_scores
+from lace.io import read_json
+
+
+@dataclass
+class WorldItems:
+    """Binding items of one split (absolute image paths) and its Winoground quadruples."""
+
+    families: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    negative_images: list[str] = field(default_factory=list)
+    captions: list[str] = field(default_factory=list)
+    negative_captions: list[str] = field(default_factory=list)
+    winoground: WinogroundItems = field(default_factory=WinogroundItems)
+
+
+@register_benchmark("world")
+class World(Benchmark):
+    published_at = "`lace world --out DIR` (generated locally)"
+
+    def load(self, root: str | Path, split: str = "test") -> WorldItems:
+        root = Path(root)
+        path = self.require_file(root / "benchmarks" / f"{split}.json", "binding items file")
+        items = read_json(path)
+        if not isinstance(items, list):
+            raise LaceInputError(f"{path}: expected a JSON list of binding items (got {type(items).__name__})")
+        data = WorldItems()
+        for position, item in enumerate(items):
+            data.families.append(text_field(item, "family", path, position))
+            data.images.append(str(root / text_field(item, "filename", path, position)))
+            data.negative_images.append(str(root / text_field(item, "negative_filename", path, position)))
+            data.captions.append(text_field(item, "caption", path, position))
+            data.negative_captions.append(text_field(item, "negative_caption", path, position))
+        wino_path = self.require_file(root / "benchmarks" / f"{split}_winoground.json", "Winoground file")
+        quadruples = read_json(wino_path)
+        if not isinstance(quadruples, list):
+            raise LaceInputError(f"{wino_path}: expected a JSON list (got {type(quadruples).__name__})")
+        for position, item in enumerate(quadruples):
+            data.winoground.ids.append(str(item.get("id", position)) if isinstance(item, dict) else "")
+            data.winoground.image_paths.append(
+                (str(root / text_field(item, "image_0", wino_path, position)),
+                 str(root / text_field(item, "image_1", wino_path, position))))
+            data.winoground.captions.append(
+                (text_field(item, "caption_0", wino_path, position), text_field(item, "caption_1", wino_path, position)))
+        self.require_images(data.images + data.negative_images
+                            + [p for pair in data.winoground.image_paths for p in pair])
+        return data
+
+    def evaluate(
+        self, encoder: DualEncoder, data: WorldItems, cache: EmbeddingCache | None = None, progress: bool = False
+    ) -> dict[str, float]:
+        cache = cache_for(encoder, cache, progress)
+        images = cache.images([(p, None) for p in data.images])  # (n, d)
+        negative_images = cache.images([(p, None) for p in data.negative_images])
+        captions, negative_captions = cache.texts(data.captions), cache.texts(data.negative_captions)
+        positive = (images * captions).sum(-1)  # (n,) s(image, caption)
+        i2t = (positive > (images * negative_captions).sum(-1)).numpy()
+        t2i = (positive > (captions * negative_images).sum(-1)).numpy()
+        figures: dict[str, float] = {}
+        for direction, correct in (("i2t", i2t), ("t2i", t2i)):
+            for family, value in group_accuracy(correct, data.families).items():
+                figures[f"{direction}/{family}"] = value
+            figures[f"{direction}/all"] = float(np.mean(correct)) if len(correct) else float("nan")
+        if data.winoground.ids:
+            scores = winoground_scores(winoground_score_tensor(cache, data.winoground))
+            figures.update({f"winoground/{name}": value for name, value in scores.items()})
+        return figures

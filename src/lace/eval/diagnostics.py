@@ -1,0 +1,101 @@
+"""Geometry of a shared space: retrieval, hubness, one-way neighbours, mutual k-NN.
+
+All figures come from one chunked pass over the image x caption similarities
+(`cross_neighbours`); each metric is index arithmetic on the top-k lists. Chance levels
+depend on the sizes and on several captions per image, so the one-way and mutual
+figures are repeated on isotropic random unit vectors of the same sizes and structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lace.eval.hubness import hubness_figures
+from lace.eval.metrics import recall_from_neighbours
+from lace.eval.neighbours import DEFAULT_CHUNK, cross_neighbours
+from lace.eval.reciprocity import mutual_knn_overlap, one_way_rates
+
+
+@dataclass(frozen=True)
+class GeometryOptions:
+    """What `geometry_diagnostics` measures and how."""
+
+    k: int = 10
+    """Neighbourhood size of hubness and mutual k-NN."""
+    recall_ks: tuple[int, ...] = (1, 5, 10)
+    """Cut-offs of recall@k."""
+    hub_size: float = 2.0
+    """An item is a hub when N_k >= hub_size * k."""
+    baseline: bool = True
+    """Repeat the figures on isotropic random unit vectors of the same sizes."""
+    seed: int = 0
+    """Seed of the random baseline."""
+    chunk: int = DEFAULT_CHUNK
+    """Image rows per block of the similarity pass."""
+
+
+def _space_figures(
+    images: torch.Tensor, texts: torch.Tensor, owner: np.ndarray, options: GeometryOptions, recall: bool
+) -> dict[str, float]:
+    depth = max(options.k, max(options.recall_ks) if recall else 1)
+    forward, backward = cross_neighbours(images, texts, depth, chunk=options.chunk)  # (N_img, depth), (N_txt, depth)
+    figures: dict[str, float] = {}
+    if recall:
+        figures.update(recall_from_neighbours(forward.indices, backward.indices, owner, options.recall_ks))
+    k = min(options.k, forward.k, backward.k)
+    # hubness of captions as neighbours of images (i2t lists), and of images as neighbours of captions
+    for name, value in hubness_figures(forward.indices, texts.shape[0], k, options.hub_size).items():
+        figures[f"hubness/i2t/{name}"] = value
+    for name, value in hubness_figures(backward.indices, images.shape[0], k, options.hub_size).items():
+        figures[f"hubness/t2i/{name}"] = value
+    for name, value in one_way_rates(forward.indices, backward.indices, owner).items():
+        figures[f"one_way/{name}"] = value
+    for name, value in mutual_knn_overlap(forward.indices, backward.indices, k).items():
+        figures[f"mutual_knn/{name}"] = value
+    return figures
+
+
+def isotropic_like(n: int, d: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, d) unit vectors drawn uniformly on the sphere."""
+    return F.normalize(torch.randn(n, d, generator=generator), dim=1)
+
+
+def geometry_diagnostics(
+    image_embeddings: np.ndarray | torch.Tensor,
+    text_embeddings: np.ndarray | torch.Tensor,
+    text_image_index: Sequence[int] | np.ndarray,
+    options: GeometryOptions = GeometryOptions(),
+) -> dict[str, float]:
+    """Retrieval and geometry figures of one space.
+
+    Args:
+        image_embeddings: (N_img, d) unit vectors.
+        text_embeddings: (N_txt, d) unit vectors.
+        text_image_index: (N_txt,) image row of each caption.
+
+    Returns:
+        A flat dict: `i2t/R@k`, `t2i/R@k`, `hubness/{i2t,t2i}/<figure>`,
+        `one_way/{image,text}`, `mutual_knn/{image,text}`, and with `options.baseline`
+        the same geometry keys prefixed by `isotropic/`.
+    """
+    images = torch.as_tensor(np.asarray(image_embeddings) if not isinstance(image_embeddings, torch.Tensor)
+                             else image_embeddings).float()
+    texts = torch.as_tensor(np.asarray(text_embeddings) if not isinstance(text_embeddings, torch.Tensor)
+                            else text_embeddings).float()
+    owner = np.asarray(text_image_index, dtype=np.int64)
+    if owner.shape != (texts.shape[0],) or (owner.size and (owner.min() < 0 or owner.max() >= images.shape[0])):
+        raise ValueError(f"text_image_index must give an image row in [0, {images.shape[0]}) for each of "
+                         f"{texts.shape[0]} captions")
+    figures = _space_figures(images, texts, owner, options, recall=True)
+    if options.baseline:
+        generator = torch.Generator().manual_seed(options.seed)
+        random_images = isotropic_like(images.shape[0], images.shape[1], generator)
+        random_texts = isotropic_like(texts.shape[0], texts.shape[1], generator)
+        for name, value in _space_figures(random_images, random_texts, owner, options, recall=False).items():
+            figures[f"isotropic/{name}"] = value
+    return figures

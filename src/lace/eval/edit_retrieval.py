@@ -1,0 +1,135 @@
+"""Edit retrieval: does a transplant A -> B in an image embedding retrieve real images of B?
+
+For each edited image embedding, look up its k nearest real images and count the share
+whose captions mention B, and the share that still show the source image's other
+concepts. Two controls of the same size (same angle from the original embedding): a
+random direction, and concept arithmetic along `e_B - e_A` with no sparse code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lace.eval.neighbours import topk_neighbours
+
+
+def rotate_towards(z: torch.Tensor, direction: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """Move unit vectors z (B, d) by `angle` (B,) radians towards `direction` (B, d).
+
+    Only the part of `direction` orthogonal to z counts, so the result makes exactly
+    `angle` with z: the same step size as the edit it controls for.
+    """
+    orthogonal = direction - (direction * z).sum(-1, keepdim=True) * z
+    orthogonal = F.normalize(orthogonal, dim=-1)
+    return torch.cos(angle)[:, None] * z + torch.sin(angle)[:, None] * orthogonal
+
+
+def edit_angle(original: torch.Tensor, edited: torch.Tensor) -> torch.Tensor:
+    """(B,) angle in radians between unit vectors original (B, d) and edited (B, d)."""
+    return torch.arccos((original * edited).sum(-1).clamp(-1.0, 1.0))
+
+
+def edit_retrieval_shares(
+    edited: torch.Tensor,
+    gallery: torch.Tensor,
+    gallery_concepts: torch.Tensor,
+    target: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    source_rows: torch.Tensor | None = None,
+    k: int = 10,
+) -> dict[str, float]:
+    """Shares of the k nearest real images that show the target, and that keep the rest.
+
+    Args:
+        edited: (B, d) edited image embeddings (unit).
+        gallery: (N, d) real image embeddings (unit).
+        gallery_concepts: (N, C) bool, concepts each gallery image's captions mention.
+        target: (B,) concept index B of each edit.
+        keep: (B, C) bool, other concepts of each source image that should stay.
+        source_rows: (B,) gallery row of each source image, left out of its own neighbours.
+        k: neighbours looked up.
+
+    Returns:
+        target: mean share of neighbours mentioning the target concept;
+        keep: mean share of neighbours mentioning every kept concept (rows with something to keep).
+    """
+    gallery_concepts = torch.as_tensor(gallery_concepts).bool()
+    depth = k + (1 if source_rows is not None else 0)
+    neighbours = topk_neighbours(edited, gallery, depth).indices  # (B, depth)
+    if source_rows is not None:
+        not_source = neighbours != torch.as_tensor(source_rows)[:, None]
+        # keep the first k neighbours that are not the source image
+        order = torch.argsort((~not_source).to(torch.int8), dim=1, stable=True)
+        neighbours = neighbours.gather(1, order)[:, :k]
+    else:
+        neighbours = neighbours[:, :k]
+    shown = gallery_concepts[neighbours]  # (B, k, C)
+    target_share = shown.gather(2, torch.as_tensor(target)[:, None, None].expand(-1, neighbours.shape[1], 1))
+    figures = {"target": float(target_share.float().mean())}
+    if keep is not None:
+        keep = torch.as_tensor(keep).bool()
+        has_keep = keep.any(dim=1)
+        if has_keep.any():
+            kept = (shown | ~keep[:, None, :]).all(dim=2)  # (B, k)
+            figures["keep"] = float(kept[has_keep].float().mean())
+    return figures
+
+
+def edit_retrieval(
+    original: torch.Tensor,
+    transplanted: torch.Tensor,
+    gallery: torch.Tensor,
+    gallery_concepts: torch.Tensor,
+    source: torch.Tensor,
+    target: torch.Tensor,
+    concept_directions: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    source_rows: torch.Tensor | None = None,
+    k: int = 10,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Edit retrieval of transplants A -> B against a random edit and a concept-arithmetic edit.
+
+    Args:
+        original: (B, d) source image embeddings; transplanted: (B, d) their transplants.
+        source, target: (B,) concept indices A and B.
+        concept_directions: (C, d) concept directions `e_c` (the arithmetic control moves
+            along `e_B - e_A`).
+        Other arguments as in `edit_retrieval_shares`.
+
+    Returns `transplant/target`, `random/target`, `arithmetic/target` (and `*/keep`),
+    plus `angle_degrees`, the mean size of the edits.
+    """
+    original, transplanted = torch.as_tensor(original).float(), torch.as_tensor(transplanted).float()
+    directions = torch.as_tensor(concept_directions).float()
+    angle = edit_angle(original, transplanted)  # (B,)
+    generator = torch.Generator().manual_seed(seed)
+    random_edit = rotate_towards(original, torch.randn(original.shape, generator=generator), angle)
+    arithmetic_edit = rotate_towards(original, directions[target] - directions[source], angle)
+    figures: dict[str, float] = {"angle_degrees": float(torch.rad2deg(angle).mean())}
+    for name, edited in (("transplant", transplanted), ("random", random_edit), ("arithmetic", arithmetic_edit)):
+        shares = edit_retrieval_shares(edited, gallery, gallery_concepts, target, keep, source_rows, k)
+        figures.update({f"{name}/{key}": value for key, value in shares.items()})
+    return figures
+
+
+def caption_concepts(captions_per_image: Sequence[Sequence[str]], rule_negatives) -> tuple[torch.Tensor, list[str]]:
+    """(N, C) bool: which vocabulary concepts each image's captions mention, and the concept names.
+
+    Uses `rule_negatives.mentions(caption)` (vocabulary phrase matching with plurals and
+    relation synonyms) so that "dogs" counts as "dog".
+    """
+    names = list(rule_negatives.objects) + [w for ws in rule_negatives.attribute_groups.values() for w in ws] + list(
+        rule_negatives.relations)
+    column = {name: i for i, name in enumerate(names)}
+    matrix = np.zeros((len(captions_per_image), len(names)), dtype=bool)
+    for row, captions in enumerate(captions_per_image):
+        for caption in captions:
+            for mention in rule_negatives.mentions(caption):
+                if mention.concept in column:
+                    matrix[row, column[mention.concept]] = True
+    return torch.from_numpy(matrix), names

@@ -1,0 +1,56 @@
+"""One-way neighbours and mutual k-NN between images and captions.
+
+A pair of nearest neighbours is one-way when A's nearest match does not point back at
+A. Captions are counted at the image level: a caption whose top image's top caption is
+another caption of the same image is reciprocal, since the image could not have
+pointed at every one of its captions at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+
+def _numpy(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def one_way_rates(
+    image_to_text: np.ndarray | torch.Tensor,
+    text_to_image: np.ndarray | torch.Tensor,
+    text_image_index: Sequence[int] | np.ndarray,
+) -> dict[str, float]:
+    """Shares of one-way top-1 neighbours, from (N_img, >= 1) and (N_txt, >= 1) top-k lists.
+
+    Returns:
+        image: share of images whose top-1 caption's top-1 image is a different image;
+        text: share of captions whose top-1 image's top-1 caption belongs to another image.
+    """
+    image_to_text, text_to_image = _numpy(image_to_text)[:, 0], _numpy(text_to_image)[:, 0]
+    owner = np.asarray(text_image_index, dtype=np.int64)
+    images = np.arange(len(image_to_text))
+    image_one_way = text_to_image[image_to_text] != images  # (N_img,)
+    text_one_way = owner[image_to_text[text_to_image]] != owner  # (N_txt,)
+    return {"image": float(image_one_way.mean()), "text": float(text_one_way.mean())}
+
+
+def mutual_knn_overlap(
+    image_to_text: np.ndarray | torch.Tensor, text_to_image: np.ndarray | torch.Tensor, k: int = 10
+) -> dict[str, float]:
+    """Mutual k-NN pairs (image in the caption's top-k AND caption in the image's top-k).
+
+    Returns the number of mutual pairs as a share of the image-side slots (N_img * k)
+    and of the caption-side slots (N_txt * k).
+    """
+    image_to_text, text_to_image = _numpy(image_to_text)[:, :k], _numpy(text_to_image)[:, :k]
+    images = np.arange(len(image_to_text))[:, None, None]
+    # (N_img, k, k): does caption image_to_text[i, a] list image i in its top-k?
+    points_back = (text_to_image[image_to_text] == images).any(axis=2)
+    mutual_pairs = float(points_back.sum())
+    return {
+        "image": mutual_pairs / (image_to_text.shape[0] * image_to_text.shape[1]),
+        "text": mutual_pairs / (text_to_image.shape[0] * text_to_image.shape[1]),
+    }

@@ -1,0 +1,202 @@
+"""`lace eval` as a library call: benchmarks plus geometry diagnostics for one model.
+
+Results (JSON-ready dict):
+    {"model", "pretrained", "benchmarks": {name: {metric: value}},
+     "diagnostics": {metric: value}, "config": {...}, "seconds": {...}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lace.config import config_to_dict
+from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
+from lace.eval.benchmarks import BENCHMARKS, get_benchmark
+from lace.eval.benchmarks.retrieval import dataset_embeddings
+from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
+from lace.eval.embedding_cache import EmbeddingCache
+
+
+@dataclass
+class EvalConfig:
+    """What `lace eval` measures and where the benchmark files are."""
+
+    benchmarks: tuple[str, ...] = ("retrieval",)
+    """Benchmarks to run, comma-separated: retrieval, sugarcrepe, aro, winoground, valse, world."""
+    data: str | None = None
+    """Retrieval dataset: COCO/Flickr30k Karpathy JSON, COCO captions JSON, CSV/TSV; also used for diagnostics."""
+    split: str | None = "test"
+    """Karpathy split of --data to evaluate."""
+    image_root: str | None = None
+    """Folder the --data image paths are relative to (default: beside the file)."""
+    sugarcrepe_root: str | None = None
+    """Folder with SugarCrepe's seven JSON files (add_att.json, ..., swap_obj.json)."""
+    sugarcrepe_images: str | None = None
+    """COCO val2017 image folder for SugarCrepe (default: <sugarcrepe-root>/val2017)."""
+    aro_root: str | None = None
+    """ARO folder with visual_genome_relation.json, visual_genome_attribution.json and images/."""
+    aro_coco: str | None = None
+    """COCO Karpathy test JSON for COCO-Order (dataset_coco.json or coco_karpathy_test.json)."""
+    aro_coco_images: str | None = None
+    """Folder the COCO-Order image paths are relative to (default: beside the JSON)."""
+    aro_flickr: str | None = None
+    """Flickr30k Karpathy test JSON for Flickr30k-Order."""
+    aro_flickr_images: str | None = None
+    """Folder the Flickr30k-Order image paths are relative to (default: beside the JSON)."""
+    winoground_root: str | None = None
+    """Winoground folder with examples.jsonl and images/."""
+    valse_root: str | None = None
+    """Folder with VALSE's JSON files."""
+    valse_images: str | None = None
+    """VALSE image folder (default: <valse-root>/images)."""
+    world: str | None = None
+    """Shapes world folder written by `lace world` (benchmarks/<split>.json, *_winoground.json)."""
+    world_split: str = "test"
+    """World split whose binding items are scored (val, test or test_comp)."""
+    vocabulary: str | None = None
+    """Vocabulary for rule-edit brittleness and the Order tagger (default: the world's, else natural)."""
+    diagnostics: bool = True
+    """Compute geometry diagnostics (hubness, one-way neighbours, mutual k-NN, brittleness)."""
+    k: int = 10
+    """Neighbourhood size of hubness and mutual k-NN."""
+    baseline: bool = True
+    """Also report the geometry of isotropic random vectors of the same sizes."""
+    batch_size: int = 64
+    """Images per embedding batch (texts use 4x)."""
+    cache_dir: str | None = None
+    """Folder for an on-disk embedding cache keyed by model and data (off when unset)."""
+    seed: int = 0
+    """Seed of perturbations, rule edits and the random baseline."""
+
+
+BenchmarkInputs = Callable[[EvalConfig], tuple[Any, dict[str, Any], str]]
+# For each benchmark: (root, load options, the flag that names the root).
+BENCHMARK_INPUTS: dict[str, BenchmarkInputs] = {
+    "retrieval": lambda c: (c.data, {"split": c.split, "image_root": c.image_root}, "--data"),
+    "sugarcrepe": lambda c: (c.sugarcrepe_root, {"image_root": c.sugarcrepe_images}, "--sugarcrepe-root"),
+    "aro": lambda c: (c.aro_root or c.aro_coco or c.aro_flickr, {
+        "root": c.aro_root, "coco_karpathy": c.aro_coco, "coco_images": c.aro_coco_images,
+        "flickr_karpathy": c.aro_flickr, "flickr_images": c.aro_flickr_images,
+        "vocabulary": c.vocabulary or "natural", "seed": c.seed}, "--aro-root, --aro-coco or --aro-flickr"),
+    "winoground": lambda c: (c.winoground_root, {}, "--winoground-root"),
+    "valse": lambda c: (c.valse_root, {"image_root": c.valse_images}, "--valse-root"),
+    "world": lambda c: (c.world, {"split": c.world_split}, "--world"),
+}
+
+
+def _load(name: str, config: EvalConfig):
+    benchmark = get_benchmark(name)
+    if name not in BENCHMARK_INPUTS:
+        raise LaceInputError(f"benchmark {name!r} has no inputs known to lace eval")
+    root, options, flag = BENCHMARK_INPUTS[name](config)
+    if root is None:
+        raise LaceInputError(f"benchmark {name!r} needs {flag}")
+    if "root" in options:  # ARO takes all its inputs as options
+        return benchmark, benchmark.load(**options)
+    return benchmark, benchmark.load(root, **options)
+
+
+def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
+    """A name for the on-disk cache of (model, checkpoint state, data inputs)."""
+    checkpoint = None
+    if pretrained and Path(pretrained).is_file():
+        stat = Path(pretrained).stat()
+        checkpoint = [str(Path(pretrained).resolve()), stat.st_size, stat.st_mtime_ns]
+    inputs = config_to_dict(config)
+    for name in ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks"):
+        inputs.pop(name)
+    text = json.dumps({"model": model, "pretrained": pretrained, "checkpoint": checkpoint, "inputs": inputs},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _diagnostic_dataset(config: EvalConfig, loaded: dict):
+    """The image-caption set the geometry is measured on: the retrieval data, else the world's test split."""
+    if "retrieval" in loaded:
+        return loaded["retrieval"].dataset
+    if config.data is not None:
+        return get_benchmark("retrieval").load(config.data, split=config.split, image_root=config.image_root).dataset
+    if config.world is not None:
+        path = Path(config.world) / "karpathy_coco.json"
+        if path.is_file():
+            return get_benchmark("retrieval").load(path, split=config.world_split).dataset
+    return None
+
+
+def _rule_negatives(config: EvalConfig):
+    from lace.concepts.vocabulary import load_vocabulary
+    from lace.train.rule_negatives import RuleNegatives
+
+    vocabulary = config.vocabulary
+    if vocabulary is None:
+        world_vocabulary = Path(config.world) / "vocabulary.yaml" if config.world else None
+        vocabulary = str(world_vocabulary) if world_vocabulary is not None and world_vocabulary.is_file() else "natural"
+    return RuleNegatives(load_vocabulary(vocabulary))
+
+
+def _finite(figures: dict[str, float]) -> dict[str, float | None]:
+    """JSON has no NaN: undefined figures become null."""
+    return {key: (None if isinstance(value, float) and not np.isfinite(value) else value)
+            for key, value in figures.items()}
+
+
+def run_evaluation(
+    encoder: DualEncoder, config: EvalConfig, model: str, pretrained: str | None = None, progress: bool = False
+) -> dict:
+    """Load every requested benchmark, embed each image and caption once, score, diagnose."""
+    unknown = [name for name in config.benchmarks if name not in BENCHMARKS]
+    if unknown:
+        raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
+    cache = EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
+    cache_file = Path(config.cache_dir) / f"{cache_key(model, pretrained, config)}.npz" if config.cache_dir else None
+    if cache_file is not None and cache_file.is_file():
+        cache.load(cache_file)
+    seconds: dict[str, float] = {}
+    loaded, results = {}, {}
+    for name in config.benchmarks:  # load all first: a missing file fails before any embedding
+        loaded[name] = _load(name, config)[1]
+    for name in config.benchmarks:
+        start = time.perf_counter()
+        results[name] = _finite(get_benchmark(name).evaluate(encoder, loaded[name], cache=cache, progress=progress))
+        seconds[name] = round(time.perf_counter() - start, 3)
+    diagnostics: dict[str, float | None] = {}
+    if config.diagnostics:
+        start = time.perf_counter()
+        dataset = _diagnostic_dataset(config, loaded)
+        if dataset is not None:
+            diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress))
+        seconds["diagnostics"] = round(time.perf_counter() - start, 3)
+    if cache_file is not None:
+        cache.save(cache_file)
+    return {
+        "model": model,
+        "pretrained": pretrained,
+        "benchmarks": results,
+        "diagnostics": diagnostics,
+        "config": config_to_dict(config),
+        "seconds": seconds,
+    }
+
+
+def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool) -> dict:
+    """Geometry figures and rule-edit brittleness on one image-caption set."""
+    from lace.eval.brittleness import rule_edit_brittleness
+
+    images, texts = dataset_embeddings(cache, dataset)
+    owner = dataset.caption_image_index
+    figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
+    figures.update(geometry_diagnostics(images, texts, owner, GeometryOptions(
+        k=config.k, baseline=config.baseline, seed=config.seed)))
+    brittleness = rule_edit_brittleness(encoder, images, dataset.captions, texts, owner, _rule_negatives(config),
+                                        seed=config.seed, progress=progress)
+    figures.update({f"brittleness/{key}": value for key, value in brittleness.items()})
+    return figures

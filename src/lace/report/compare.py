@@ -1,0 +1,96 @@
+"""Side-by-side comparison of `lace eval` results: a markdown table with deltas, a bar chart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lace.errors import LaceInputError
+from lace.io import atomic_path, read_json
+
+
+@dataclass
+class Results:
+    """One results file: its label and its metrics flattened to `section/name/metric` keys."""
+
+    label: str
+    metrics: dict[str, float | None]
+
+
+def flatten_results(results: dict, where: object = "results") -> dict[str, float | None]:
+    """`{"benchmarks": {b: {m: v}}, "diagnostics": {m: v}}` -> {"b/m": v, "diagnostics/m": v}."""
+    if not isinstance(results, dict) or not isinstance(results.get("benchmarks"), dict):
+        raise LaceInputError(f"{where}: field 'benchmarks' missing; expected a results file written by `lace eval`")
+    flat: dict[str, float | None] = {}
+    for name, figures in results["benchmarks"].items():
+        if not isinstance(figures, dict):
+            raise LaceInputError(f"{where}: field 'benchmarks.{name}': expected a mapping of metric -> value")
+        for metric, value in figures.items():
+            flat[f"{name}/{metric}"] = value
+    for metric, value in (results.get("diagnostics") or {}).items():
+        flat[f"diagnostics/{metric}"] = value
+    return flat
+
+
+def load_results(paths: list[str | Path]) -> list[Results]:
+    """Read results files; labels are the file names (the parent folder too when names repeat)."""
+    paths = [Path(p) for p in paths]
+    stems = [p.stem for p in paths]
+    labels = [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+    return [Results(label, flatten_results(read_json(path), path)) for label, path in zip(labels, paths)]
+
+
+def _number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _delta(value: float | None, reference: float | None) -> str:
+    return "–" if value is None or reference is None else f"{value - reference:+.3f}"
+
+
+def comparison_table(results: list[Results], labels: list[str] | None = None) -> str:
+    """Markdown table: one row per metric, one column per results file, then deltas vs the first."""
+    if not results:
+        raise LaceInputError("nothing to compare: give at least one results file")
+    labels = labels or [r.label for r in results]
+    if len(labels) != len(results):
+        raise LaceInputError(f"--labels: expected {len(results)} names, got {len(labels)}")
+    metrics = list(dict.fromkeys(key for r in results for key in r.metrics))
+    header = ["metric", *labels, *[f"Δ {label}" for label in labels[1:]]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for metric in metrics:
+        values = [r.metrics.get(metric) for r in results]
+        cells = [metric, *map(_number, values), *[_delta(v, values[0]) for v in values[1:]]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def comparison_chart(results: list[Results], path: str | Path, labels: list[str] | None = None) -> Path:
+    """Grouped bar chart of the benchmark metrics (diagnostics left out: they have other scales)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    labels = labels or [r.label for r in results]
+    metrics = [key for key in dict.fromkeys(k for r in results for k in r.metrics) if not key.startswith("diagnostics/")]
+    if not metrics:
+        raise LaceInputError("no benchmark metrics to chart")
+    positions = np.arange(len(metrics))
+    width = 0.8 / len(results)
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(metrics) * len(results) + 2), 4.5))
+    for i, (result, label) in enumerate(zip(results, labels)):
+        heights = [np.nan if result.metrics.get(m) is None else result.metrics[m] for m in metrics]
+        axes.bar(positions + (i - (len(results) - 1) / 2) * width, heights, width, label=label)
+    axes.set_xticks(positions)
+    axes.set_xticklabels(metrics, rotation=60, ha="right", fontsize=8)
+    axes.set_ylabel("score")
+    axes.legend(fontsize=8)
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=120)
+    plt.close(figure)
+    return path

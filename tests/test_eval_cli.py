@@ -1,0 +1,76 @@
+"""`lace eval` end to end on a tiny generated world with a random-init model; `lace compare`."""
+
+import json
+
+import pytest
+import torch
+
+from lace.cli import main
+from lace.data.world import WorldConfig, generate_world
+
+
+@pytest.fixture(scope="module")
+def tiny_world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("world")
+    config = WorldConfig(n_images=40, image_size=32, split_fractions=(0.5, 0.1, 0.3, 0.1),
+                         benchmark_items_per_family=1, coco_captions=2)
+    generate_world(config, folder, overwrite=True, progress=False)
+    return folder
+
+
+def run_eval(world, out, *extra):
+    torch.manual_seed(0)
+    return main(["eval", "--model", "lace-micro-32", "--pretrained", "none", "--device", "cpu",
+                 "--benchmarks", "world,retrieval", "--world", str(world),
+                 "--data", str(world / "karpathy_coco.json"), "--split", "test",
+                 "--out", str(out), "--no-progress", *extra])
+
+
+def test_lace_eval_writes_a_complete_results_file_and_compare_reads_two(tiny_world, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    assert run_eval(tiny_world, tmp_path / "a.json", "--cache-dir", str(cache)) == 0
+    results = json.loads((tmp_path / "a.json").read_text())
+    assert results["model"] == "lace-micro-32"
+    assert set(results["benchmarks"]) == {"world", "retrieval"}
+    world = results["benchmarks"]["world"]
+    for key in ("i2t/all", "t2i/all", "i2t/swap_attribute", "t2i/replace_object",
+                "winoground/text", "winoground/image", "winoground/group"):
+        assert 0.0 <= world[key] <= 1.0, key
+    assert set(results["benchmarks"]["retrieval"]) == {f"{d}/R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}
+    diagnostics = results["diagnostics"]
+    for key in ("hubness/i2t/skewness", "hubness/t2i/robin_hood", "one_way/image", "one_way/text",
+                "mutual_knn/image", "isotropic/one_way/image", "brittleness/rule/all"):
+        assert diagnostics[key] is not None, key
+    assert diagnostics["n_images"] == 12 and diagnostics["n_captions"] == 24
+    assert results["config"]["world_split"] == "test"
+    assert len(list(cache.glob("*.npz"))) == 1
+
+    # refuses to clobber; the cached second run gives the same figures
+    assert run_eval(tiny_world, tmp_path / "a.json") == 2
+    assert "exists" in capsys.readouterr().err
+    assert run_eval(tiny_world, tmp_path / "b.json", "--cache-dir", str(cache), "--no-baseline") == 0
+    second = json.loads((tmp_path / "b.json").read_text())
+    assert second["benchmarks"] == results["benchmarks"]
+    assert "isotropic/one_way/image" not in second["diagnostics"]
+
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                 "--png", str(tmp_path / "chart.png")]) == 0
+    table = capsys.readouterr().out
+    assert "| metric | a | b | Δ b |" in table
+    assert "| world/i2t/all |" in table and "+0.000" in table
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_lace_eval_names_the_missing_flag(tiny_world, tmp_path, capsys):
+    code = main(["eval", "--model", "lace-micro-32", "--pretrained", "none", "--device", "cpu",
+                 "--benchmarks", "sugarcrepe", "--out", str(tmp_path / "r.json"), "--no-progress"])
+    assert code == 2
+    assert "--sugarcrepe-root" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_compare_rejects_a_file_that_is_not_results(tmp_path, capsys):
+    (tmp_path / "x.json").write_text(json.dumps({"model": "m"}))
+    assert main(["compare", str(tmp_path / "x.json")]) == 2
+    assert "benchmarks" in capsys.readouterr().err
