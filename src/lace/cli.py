@@ -10,7 +10,16 @@ from lace import __version__
 from lace.errors import LaceInputError
 
 COMMANDS = (
+    "demo",
+    "world",
     "embed",
+    "dict",
+    "edit",
+    "train",
+    "export",
+    "eval",
+    "compare",
+    "study",
 )
 
 

@@ -1,0 +1,178 @@
+"""Stage 3 and 4 of the demo: the concept dictionary on the base model, and edit retrieval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lace.concepts.vocabulary import load_vocabulary
+from lace.demo.config import DemoConfig
+from lace.demo.embed import embed_captions, embed_pixels
+from lace.demo.world_data import world_split
+from lace.dictionary.build import (
+    DictionaryFitConfig,
+    LabelledDictionary,
+    concept_directions_for_store,
+    fit_labelled_dictionary,
+    save_labelled_dictionary,
+)
+from lace.edits import CounterfactualEditor
+from lace.edits.report import edit_report
+from lace.encoders.base import DualEncoder
+from lace.eval.edit_retrieval import caption_concepts, edit_retrieval
+from lace.report.plots import atom_bars, image_grid
+from lace.train.rule_negatives import RuleNegatives
+
+ATOM_BAR_EDITS = ("attenuate:{colour}", "swap:{colour}={other_colour}", "transplant:{shape}={new_shape}")
+TRANSPLANTS = ("square=star", "red=blue")
+
+
+def fit_dictionary(
+    encoder: DualEncoder, pixels: torch.Tensor, captions: list[str], vocabulary: str, config: DemoConfig, out: Path,
+) -> tuple[LabelledDictionary, dict]:
+    """Fit and label the dictionary on the base model's train embeddings; save it to `out`."""
+    images = embed_pixels(encoder, pixels)
+    texts = embed_captions(encoder, captions)
+    directions = concept_directions_for_store(vocabulary, captions, texts.numpy(), encoder.encode_texts,
+                                              log=lambda _: None)
+    fit_config = DictionaryFitConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary,
+                                     epochs=4, batch_size=2048, seed=config.seed)
+    labelled = fit_labelled_dictionary(images, texts, directions, fit_config)
+    save_labelled_dictionary(labelled, out)
+    labelling = labelled.labelling
+    aligned = labelling.atom_alignment >= labelling.tau_align
+    summary = {
+        "quality": labelled.dictionary.quality_,
+        "tau_align": float(labelling.tau_align),
+        "aligned_atoms": int(aligned.sum()),
+        "atoms": int(labelling.atom_alignment.shape[0]),
+        "concepts_with_aligned_atom": int(torch.unique(labelling.atom_concept[aligned]).numel()),
+        "concepts": len(directions),
+        "mean_alignment": float(labelling.atom_alignment.mean()),
+    }
+    return labelled, summary
+
+
+def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
+    options = dict(kinds=config.edit_kinds, strength=config.transplant_strength)
+    options.update(overrides)
+    return CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, **options)
+
+
+def owned_concepts(labelled: LabelledDictionary) -> set[str]:
+    """Concepts that own at least one aligned atom (only those can be edited)."""
+    aligned = labelled.labelling.aligned()
+    return {labelled.directions.names[c] for c in labelled.labelling.atom_concept[aligned].tolist()}
+
+
+def _scene_edits(scene: dict, shapes: tuple[str, ...], owned: set[str]) -> list[str] | None:
+    """The three edits of the atom-bar figure for a scene, if every concept involved owns an atom."""
+    first, second = scene["objects"][0], scene["objects"][1]
+    new_shapes = [s for s in shapes if s in owned and s not in {first["shape"], second["shape"]}]
+    if not new_shapes or not {first["colour"], second["colour"], first["shape"]} <= owned:
+        return None
+    return [template.format(colour=first["colour"], other_colour=second["colour"], shape=first["shape"],
+                            new_shape=new_shapes[0]) for template in ATOM_BAR_EDITS]
+
+
+def atom_bar_figure(
+    labelled: LabelledDictionary, encoder: DualEncoder, world_dir: Path, config: DemoConfig, path: Path,
+) -> dict:
+    """Active atoms of one validation image before and after each of the three edits."""
+    dataset = world_split(world_dir, "val", "coco")
+    scenes = load_scenes(world_dir, "val")
+    shapes = tuple(c.name for c in load_vocabulary(str(world_dir / "vocabulary.yaml")).of_kind("object"))
+    owned = owned_concepts(labelled)
+    found = ((row, _scene_edits(scenes[record.image_path.stem], shapes, owned))
+             for row, record in enumerate(dataset.records))
+    row, edits = next(((row, edits) for row, edits in found if edits), (None, None))
+    if row is None:
+        return {"skipped": f"no validation scene whose colours and shapes all own aligned atoms ({len(owned)} concepts do)"}
+    z = embed_pixels(encoder, encoder.preprocess(dataset.load_image(row))[None])
+    editor = make_editor(labelled, config, effect_check=False)
+    dictionary = labelled.dictionary
+    panels = [("original", dictionary.transform(z, "image", dense=True)[0].numpy())]
+    records = []
+    for edit in edits:
+        result = editor.apply(z, "image", edit)
+        panels.append((edit, dictionary.transform(result.embeddings[:, 0], "image", dense=True)[0].numpy()))
+        records.append({"edit": edit, "valid": bool(result.valid[0, 0]),
+                        "cosine_to_original": float((result.embeddings[0, 0] * z[0]).sum())})
+    names = labelled.directions.names
+    atom_names = [names[c] for c in labelled.labelling.atom_concept.tolist()]
+    caption = dataset.records[row].captions[0]
+    atom_bars(panels, atom_names, path, title=f"active atoms (codes of the rebuilt image embedding): {caption}")
+    return {"image": dataset.records[row].image_path.stem, "caption": caption, "edits": records}
+
+
+def load_scenes(world_dir: Path, split: str) -> dict[str, dict]:
+    """Scene graphs of one split, by image id."""
+    lines = (Path(world_dir) / f"scenes_{split}.jsonl").read_text().splitlines()
+    return {scene["id"]: scene for scene in map(json.loads, lines)}
+
+
+def edit_retrieval_stage(
+    labelled: LabelledDictionary, encoder: DualEncoder, world_dir: Path, vocabulary: str, config: DemoConfig,
+    grid_path: Path,
+) -> dict:
+    """Transplants inside real test-image embeddings, looked up among real test images."""
+    dataset = world_split(world_dir, "test", "coco")
+    pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+    gallery = embed_pixels(encoder, pixels)
+    rules = RuleNegatives(load_vocabulary(vocabulary))
+    shown, concept_names = caption_concepts([r.captions for r in dataset.records], rules)
+    column = {name: i for i, name in enumerate(concept_names)}
+    direction_rows = torch.stack([labelled.directions.directions[labelled.directions.index(n)]
+                                  if n in labelled.directions else torch.zeros(gallery.shape[1])
+                                  for n in concept_names])
+    results: dict[str, dict] = {}
+    grid_rows = []
+    owned = owned_concepts(labelled)
+    for pair in TRANSPLANTS:
+        source, target = pair.split("=")
+        if not {source, target} <= owned:
+            results[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
+            continue
+        rows = torch.nonzero(shown[:, column[source]] & ~shown[:, column[target]]).flatten()
+        if len(rows) == 0:
+            continue
+        editor = make_editor(labelled, config, kinds=("transplant",), target=pair, effect_check=False,
+                             strength=config.transplant_strength)
+        edited = editor.apply(gallery[rows], "image", f"transplant:{pair}")
+        valid = edited.valid[:, 0]
+        if not valid.any():
+            results[pair] = {"skipped": f"no valid transplant among {len(rows)} images showing {source}"}
+            continue
+        keep = shown[rows].clone()
+        keep[:, column[source]] = False
+        figures = edit_retrieval(
+            gallery[rows][valid], edited.embeddings[valid, 0], gallery, shown,
+            torch.full((int(valid.sum()),), column[source]), torch.full((int(valid.sum()),), column[target]),
+            direction_rows, keep=keep[valid], source_rows=rows[valid], k=10, seed=config.seed,
+        )
+        figures["edited_images"] = int(valid.sum())
+        figures["candidates"] = int(len(rows))
+        results[pair] = figures
+        first = int(rows[valid][0])
+        z = gallery[first: first + 1]
+        after = edited.embeddings[valid][:1, 0]
+        random = editor.apply(z, "image", f"transplant:{pair}", control="random",
+                              generator=torch.Generator().manual_seed(config.seed)).embeddings[:, 0]
+        for label, query in (("original", z), (f"{source} -> {target}", after), ("random edit, same size", random)):
+            order = torch.argsort(-(query @ gallery.T)[0])
+            order = [int(i) for i in order if int(i) != first][:6]
+            images = [dataset.load_image(first)] + [dataset.load_image(i) for i in order]
+            grid_rows.append((f"{pair}: {label}", images, ["query"] + [str(i) for i in range(1, 7)]))
+    if grid_rows:
+        image_grid(grid_rows, grid_path, title="nearest real test images (first column: the source image)")
+    texts = embed_captions(encoder, dataset.captions)
+    editor = make_editor(labelled, config)
+    report = edit_report(editor, gallery, "image", texts, n_edits=config.n_edits, seed=config.seed)
+    return {"transplants": results, "edit_kinds": {k: _finite(v) for k, v in report.items()}}
+
+
+def _finite(values: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in values.items()}

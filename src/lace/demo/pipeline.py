@@ -1,0 +1,146 @@
+"""`run_demo`: the whole LACE story on the shapes world, stage by stage, cached.
+
+1. generate the world; 2. pretrain the base on web-like captions (the CLIP that does
+not bind) and report its calibration; 3. fit and label the concept dictionary; 4. edit
+retrieval; 5. fine-tune in every variant from the base with the same data order;
+6. evaluate every model on val, test and test_comp; 7. write the report.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from lace.config import config_to_dict
+from lace.data.world import WorldConfig, generate_world
+from lace.demo.config import CLIP_SUGARCREPE, VARIANTS, DemoConfig
+from lace.demo.dictionary_stage import atom_bar_figure, edit_retrieval_stage, fit_dictionary, make_editor
+from lace.demo.evaluation import evaluate_on_world
+from lace.demo.report import write_demo_report
+from lace.demo.stages import StageRunner, stage_key
+from lace.demo.world_data import world_pairs
+from lace.dictionary.build import load_labelled_dictionary
+from lace.encoders import load_encoder
+from lace.io import atomic_write_json
+from lace.train import TrainConfig, export_run, train
+
+
+def world_config(config: DemoConfig) -> WorldConfig:
+    return WorldConfig(n_images=config.world_images, seed=config.seed, image_size=config.image_size,
+                       benchmark_items_per_family=1, png_compression=1)
+
+
+def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
+    """Run (or resume) every stage under `out`; return the summary written to `results.json`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    runner = StageRunner(out, log)
+    world = world_config(config)
+    world_dir = out / "world"
+    world_key = stage_key(config_to_dict(world))
+    runner.run("world", world_key, lambda: _generate(world, world_dir, config.progress))
+    vocabulary = str(world_dir / "vocabulary.yaml")
+
+    base_key = stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
+    base_path = out / "models" / "base.pt"
+    base = runner.run("base", base_key, lambda: _pretrain(config, world_dir, out, base_path))
+    encoder = load_encoder(config.model, str(base_path))
+
+    dictionary_dir = out / "dictionary"
+    dictionary_key = stage_key(base_key, config.atoms, config.sparsity)
+    figures_dir = out / "figures"
+    dictionary = runner.run("dictionary", dictionary_key,
+                            lambda: _dictionary(config, encoder, world_dir, vocabulary, dictionary_dir, figures_dir))
+    labelled = load_labelled_dictionary(dictionary_dir)
+    edit_key = stage_key(dictionary_key, config.transplant_strength, config.n_edits)
+    edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
+        labelled, encoder, world_dir, vocabulary, config, figures_dir / "edit_retrieval_grid.png"))
+    editor = make_editor(labelled, config)
+
+    evaluations = {"base": runner.run("eval base", stage_key(base_key, "eval", 2), lambda: evaluate_on_world(
+        encoder, "base", world_dir, vocabulary, editor, config.n_edits, config.seed))}
+    finetune_key = stage_key(dictionary_key, config.finetune_steps, config.finetune_lr, config.n_edits,
+                             config.counterfactual_weight, config.edit_kinds, config.transplant_strength,
+                             config.refresh_dictionary_every)
+    for variant in config.variants:
+        for seed in range(config.seed, config.seed + config.seeds):
+            name = f"{variant} seed {seed}"
+            key = stage_key(finetune_key, variant, seed)
+            model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
+            runner.run(f"finetune {name}", key, lambda: _finetune(
+                config, variant, seed, world_dir, out, base_path, model_path, labelled, vocabulary))
+            model = load_encoder(config.model, str(model_path))
+            evaluations[name] = runner.run(f"eval {name}", stage_key(key, "eval", 2), lambda: evaluate_on_world(
+                model, name, world_dir, vocabulary, editor, config.n_edits, config.seed))
+
+    summary = {
+        "config": config_to_dict(config),
+        "world": config_to_dict(world),
+        "base": base,
+        "dictionary": dictionary,
+        "edit_retrieval": edits,
+        "evaluations": evaluations,
+        "calibration_targets": CLIP_SUGARCREPE,
+        "wall_seconds": dict(runner.wall_times),
+        "reused": dict(runner.reused),
+    }
+    atomic_write_json(out / "results.json", summary)
+    start = time.perf_counter()
+    write_demo_report(summary, out)
+    summary["wall_seconds"]["report"] = time.perf_counter() - start
+    atomic_write_json(out / "results.json", summary)
+    return summary
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
+
+
+def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
+    summary = generate_world(world, world_dir, overwrite=True, progress=progress)
+    return {"images": summary.images, "benchmark_items": summary.benchmark_items,
+            "images_per_second": summary.images_per_second, "seconds": summary.seconds}
+
+
+def _train_config(config: DemoConfig, out: Path, name: str, **switches) -> TrainConfig:
+    return TrainConfig(model=config.model, output=str(out / "runs" / name), overwrite=True,
+                       batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
+                       warmup_steps=min(50, max(1, config.finetune_steps // 10)), **switches)
+
+
+def _pretrain(config: DemoConfig, world_dir: Path, out: Path, base_path: Path) -> dict:
+    encoder = load_encoder(config.model)
+    pairs = world_pairs(world_dir, "train", "web", encoder)
+    train_config = _train_config(config, out, "base", pretrained=None, steps=config.base_steps, lr=config.base_lr,
+                                 seed=config.seed)
+    result = train(train_config, dataset=pairs, progress=config.progress)
+    export_run(result.run_dir, base_path, overwrite=True)
+    return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
+
+
+def _dictionary(config: DemoConfig, encoder, world_dir: Path, vocabulary: str, out: Path, figures: Path) -> dict:
+    pairs = world_pairs(world_dir, "train", "coco", encoder)
+    captions = [caption for captions in pairs.captions for caption in captions]
+    labelled, summary = fit_dictionary(encoder, pairs.pixels, captions, vocabulary, config, out)
+    summary["atom_bars"] = atom_bar_figure(labelled, encoder, world_dir, config, figures / "atom_bars.png")
+    return summary
+
+
+def _finetune(config: DemoConfig, variant: str, seed: int, world_dir: Path, out: Path, base_path: Path,
+              model_path: Path, labelled, vocabulary: str) -> dict:
+    captions_on, images_on, rules_on = VARIANTS[variant]
+    encoder = load_encoder(config.model, str(base_path))
+    pairs = world_pairs(world_dir, "train", "coco", encoder)
+    train_config = _train_config(
+        config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
+        lr=config.finetune_lr, seed=seed, counterfactual_captions=captions_on, counterfactual_images=images_on,
+        caption_negatives=rules_on, vocabulary=vocabulary, n_edits=config.n_edits, edit_kinds=config.edit_kinds,
+        counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
+    )
+    editor = make_editor(labelled, config) if (captions_on or images_on) else None
+    result = train(train_config, editor=editor, dataset=pairs, progress=config.progress)
+    export_run(result.run_dir, model_path, overwrite=True)
+    return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}

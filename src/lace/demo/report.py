@@ -1,0 +1,222 @@
+"""The demo's report: every number comes from `results.json`, every plot from those numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
+from lace.report.document import Report, Table
+from lace.report.plots import grouped_bars, nk_histograms
+
+BINDING_COLUMNS = (
+    ("i2t swap-att", "benchmarks", "world", "i2t/swap_attribute"),
+    ("i2t swap-obj", "benchmarks", "world", "i2t/swap_object"),
+    ("i2t swap-rel", "benchmarks", "world", "i2t/swap_relation"),
+    ("i2t repl-att", "benchmarks", "world", "i2t/replace_attribute"),
+    ("i2t repl-obj", "benchmarks", "world", "i2t/replace_object"),
+    ("i2t repl-rel", "benchmarks", "world", "i2t/replace_relation"),
+    ("t2i swap-att", "benchmarks", "world", "t2i/swap_attribute"),
+    ("t2i swap-obj", "benchmarks", "world", "t2i/swap_object"),
+    ("t2i swap-rel", "benchmarks", "world", "t2i/swap_relation"),
+    ("t2i repl-att", "benchmarks", "world", "t2i/replace_attribute"),
+    ("wino text", "benchmarks", "world", "winoground/text"),
+    ("wino image", "benchmarks", "world", "winoground/image"),
+    ("wino group", "benchmarks", "world", "winoground/group"),
+)
+GEOMETRY_COLUMNS = (
+    ("R@1 i2t", "benchmarks", "retrieval", "i2t/R@1"),
+    ("R@1 t2i", "benchmarks", "retrieval", "t2i/R@1"),
+    ("R@5 t2i", "benchmarks", "retrieval", "t2i/R@5"),
+    ("skew N10 i2t", "diagnostics", None, "hubness/i2t/skewness"),
+    ("skew N10 t2i", "diagnostics", None, "hubness/t2i/skewness"),
+    ("hub occ. t2i", "diagnostics", None, "hubness/t2i/hub_occupancy"),
+    ("one-way img", "diagnostics", None, "one_way/image"),
+    ("one-way txt", "diagnostics", None, "one_way/text"),
+    ("brittle rule", "diagnostics", None, "brittleness/rule/all"),
+    ("brittle cf", "diagnostics", None, "brittleness/counterfactual/all"),
+)
+SUMMARY_COLUMNS = (
+    BINDING_COLUMNS[0], BINDING_COLUMNS[1], BINDING_COLUMNS[6], BINDING_COLUMNS[7], BINDING_COLUMNS[12],
+    GEOMETRY_COLUMNS[0], GEOMETRY_COLUMNS[1], GEOMETRY_COLUMNS[4], GEOMETRY_COLUMNS[6],
+)
+CALIBRATION_KEYS = {
+    "swap_attribute": "i2t/swap_attribute", "swap_object": "i2t/swap_object",
+    "replace_attribute": "i2t/replace_attribute", "replace_relation": "i2t/replace_relation",
+}
+
+
+def metric(split_results: dict, column: tuple) -> float | None:
+    _, section, benchmark, key = column
+    values = split_results[section] if benchmark is None else split_results[section].get(benchmark, {})
+    value = values.get(key)
+    return None if value is None else float(value)
+
+
+def variant_of(model: str) -> str:
+    return model.rsplit(" seed ", 1)[0]
+
+
+def aggregate(evaluations: dict, split: str, columns) -> dict[str, list[tuple[float | None, float | None]]]:
+    """Per variant, per column: (mean, std over seeds); std is None for a single run."""
+    by_variant: dict[str, list[dict]] = {}
+    for model, results in evaluations.items():
+        by_variant.setdefault(variant_of(model), []).append(results[split])
+    table = {}
+    for variant, runs in by_variant.items():
+        row = []
+        for column in columns:
+            values = [v for v in (metric(run, column) for run in runs) if v is not None]
+            if not values:
+                row.append((None, None))
+            else:
+                row.append((float(np.mean(values)), float(np.std(values)) if len(values) > 1 else None))
+        table[variant] = row
+    return table
+
+
+def _cell(mean: float | None, std: float | None) -> str | float | None:
+    if mean is None or std is None:
+        return mean
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def results_table(evaluations: dict, split: str, columns, caption: str) -> Table:
+    rows = [[variant] + [_cell(m, s) for m, s in cells] for variant, cells in aggregate(evaluations, split, columns).items()]
+    return Table(["model"] + [c[0] for c in columns], rows, caption=caption)
+
+
+def claims(evaluations: dict, split: str = "test") -> list[tuple[str, bool | None, str]]:
+    """The method's expected effects, each checked against the numbers: (claim, held, evidence)."""
+    table = aggregate(evaluations, split, BINDING_COLUMNS + GEOMETRY_COLUMNS)
+    names = [c[0] for c in BINDING_COLUMNS + GEOMETRY_COLUMNS]
+
+    def get(variant: str, column: str) -> float | None:
+        return table.get(variant, [(None, None)] * len(names))[names.index(column)][0] if variant in table else None
+
+    def check(text: str, left: str, right: str, column: str, op, threshold: float = 0.0):
+        a, b = get(left, column), get(right, column)
+        if a is None or b is None:
+            return (text, None, f"{left} or {right} not run")
+        return (text, bool(op(a - b, threshold)), f"{left} {a:.3f} vs {right} {b:.3f} ({a - b:+.3f})")
+
+    ge, le = (lambda d, t: d >= t), (lambda d, t: d <= t)
+    return [
+        check("LACE beats plain by >= 15 points on image->text swap-attribute", "LACE", "plain", "i2t swap-att", ge, 0.15),
+        check("LACE beats plain by >= 15 points on text->image swap-attribute", "LACE", "plain", "t2i swap-att", ge, 0.15),
+        check("LACE beats caption negatives on text->image swap-attribute", "LACE", "caption negatives", "t2i swap-att", ge, 1e-9),
+        check("LACE keeps image->text R@1 within 2 points of plain", "LACE", "plain", "R@1 i2t", ge, -0.02),
+        check("LACE keeps text->image R@1 within 2 points of plain", "LACE", "plain", "R@1 t2i", ge, -0.02),
+        check("LACE lowers hubness skewness (captions' top-k of images)", "LACE", "plain", "skew N10 t2i", le, -1e-9),
+        check("LACE lowers the one-way rate of images", "LACE", "plain", "one-way img", le, -1e-9),
+    ]
+
+
+def calibration_rows(base_val: dict) -> list[list]:
+    rows = []
+    for family, target in CLIP_SUGARCREPE.items():
+        value = base_val["benchmarks"]["world"].get(CALIBRATION_KEYS[family])
+        within = None if value is None else abs(value - target) <= CALIBRATION_TOLERANCE
+        rows.append([family, value, target, within])
+    retrieval = base_val["benchmarks"]["retrieval"]
+    rows.append(["R@1 t2i (chance 1/N images)", retrieval.get("t2i/R@1"), None, None])
+    return rows
+
+
+def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
+    out = Path(out)
+    figures = out / "figures"
+    evaluations = summary["evaluations"]
+    report = Report("LACE on the shapes world")
+    report.paragraph(
+        "A lace-tiny CLIP is pretrained from scratch on web-like captions of a rendered shapes world "
+        "(the base that does not bind), then fine-tuned on COCO-like captions in each variant below, with the "
+        "same data order, seeds and steps. Every number here is read from results.json in this folder."
+    )
+    report.heading("Summary (in-distribution test split)")
+    report.table(results_table(evaluations, "test", SUMMARY_COLUMNS,
+                               "binding accuracy (chance 0.5), Winoground group (chance 1/6), recall@1, hubness skewness of N10, one-way rate"))
+    report.heading("What improved and what did not")
+    report.bullets([f"{'held' if held else 'did not hold' if held is not None else 'not measured'}: {text} — {evidence}"
+                    for text, held, evidence in claims(evaluations)])
+
+    report.heading("Calibration of the base (validation split)")
+    report.paragraph(
+        "The world's knobs were chosen so that the base fails the way CLIP ViT-B/32 fails on SugarCrepe "
+        f"(Hsieh et al. 2023), each family within {CALIBRATION_TOLERANCE:.2f}; measured on the validation split only."
+    )
+    report.table(Table(["family (image->text)", "base", "CLIP ViT-B/32", f"within {CALIBRATION_TOLERANCE:.2f}"],
+                       calibration_rows(evaluations["base"]["val"])))
+
+    for split, title in (("test", "in-distribution test"), ("test_comp", "compositional test (held-out colour-shape pairs)"),
+                         ("val", "validation")):
+        report.heading(f"Binding, {title}")
+        report.table(results_table(evaluations, split, BINDING_COLUMNS, "accuracy; mean ± std over seeds"))
+        report.heading(f"Retrieval and geometry, {title}")
+        report.table(results_table(evaluations, split, GEOMETRY_COLUMNS,
+                                   "R@k; skewness of N10; one-way rates; brittleness = share of edits scoring above the true caption"))
+    base_test = evaluations["base"]["test"]["diagnostics"]
+    report.paragraph(
+        "Isotropic baseline of the same sizes (random unit vectors): one-way image rate "
+        f"{base_test.get('isotropic/one_way/image', float('nan')):.3f}, text rate "
+        f"{base_test.get('isotropic/one_way/text', float('nan')):.3f}, skewness of N10 (t2i) "
+        f"{base_test.get('isotropic/hubness/t2i/skewness', float('nan')):.3f}."
+    )
+
+    chart_columns = (BINDING_COLUMNS[0], BINDING_COLUMNS[6], BINDING_COLUMNS[1], BINDING_COLUMNS[7],
+                     BINDING_COLUMNS[12], GEOMETRY_COLUMNS[0])
+    table = aggregate(evaluations, "test", chart_columns)
+    values = {c[0]: {v: cells[i][0] for v, cells in table.items() if cells[i][0] is not None}
+              for i, c in enumerate(chart_columns)}
+    errors = {c[0]: {v: (cells[i][1] or 0.0) for v, cells in table.items()} for i, c in enumerate(chart_columns)}
+    chart = grouped_bars(values, figures / "ablation.png", "ablation on the test split", "score", errors, chance=0.5)
+    report.heading("Ablation")
+    report.figure(chart.relative_to(out), "binding and retrieval per variant (test split; chance 0.5 for binding)")
+    first_seed = {variant_of(m): r for m, r in evaluations.items()}
+    hist = nk_histograms({v: np.array(r["test"]["n_k"]["t2i"]) for v, r in first_seed.items()},
+                         figures / "nk_histograms.png", "N10 of images among captions' top-10 (test)", 10)
+    report.figure(hist.relative_to(out), "hubness: how often each test image is in a caption's top-10")
+
+    dictionary = summary["dictionary"]
+    report.heading("The concept dictionary (fitted on the base)")
+    quality = dictionary["quality"]
+    report.table(Table(["modality", "FVU", "cos(c, aD)", "mean L0", "dead atoms"], [
+        [m, quality[m]["fvu"], quality[m]["mean_cosine"], quality[m]["mean_l0"], quality[m]["dead_atom_share"]]
+        for m in ("image", "text") if m in quality]))
+    report.paragraph(
+        f"{dictionary['aligned_atoms']} of {dictionary['atoms']} atoms are aligned (cosine >= tau_align = "
+        f"{dictionary['tau_align']:.3f}, calibrated against random directions of the data) with "
+        f"{dictionary['concepts_with_aligned_atom']} of {dictionary['concepts']} concepts."
+    )
+    if (figures / "atom_bars.png").is_file():
+        report.figure("figures/atom_bars.png", f"active atoms of one validation image, before and after each edit: "
+                      f"{dictionary['atom_bars']['caption']}")
+    edits = summary["edit_retrieval"]
+    report.heading("Edit retrieval (test images)")
+    rows = [[pair, f["transplant/target"], f["random/target"], f["arithmetic/target"], f.get("transplant/keep"),
+             f["angle_degrees"], f["edited_images"]] for pair, f in edits["transplants"].items() if "skipped" not in f]
+    report.table(Table(["transplant", "top-10 show target", "random edit, same size", "concept arithmetic",
+                        "keep other concepts", "edit angle (deg)", "images"], rows))
+    report.table(Table(["edit kind", "proposed", "pass effect check", "nearest caption changes", "random control changes"],
+                       [[kind, v["proposed"], v["passed_check_share"], v["nearest_changed_share"],
+                         v["random_nearest_changed_share"]] for kind, v in edits["edit_kinds"].items()]))
+    skipped = [f"{pair}: {f['skipped']}" for pair, f in edits["transplants"].items() if "skipped" in f]
+    if skipped:
+        report.bullets(skipped)
+    if (figures / "edit_retrieval_grid.png").is_file():
+        report.figure("figures/edit_retrieval_grid.png", "nearest real images before, after a transplant, and after a random edit of the same size")
+
+    report.heading("Wall time per stage")
+    report.table(Table(["stage", "seconds", "reused from cache"],
+                       [[name, seconds, summary.get("reused", {}).get(name)] for name, seconds in summary["wall_seconds"].items()],
+                       digits=1))
+    report.heading("Configuration and seeds")
+    report.code(json.dumps({"demo": summary["config"], "world": summary["world"]}, indent=1))
+    return report.write(out)
+
+
+def summary_markdown(summary: dict) -> str:
+    """The summary table, for the terminal."""
+    return results_table(summary["evaluations"], "test", SUMMARY_COLUMNS, "test split").markdown()

@@ -1,0 +1,55 @@
+"""Cached stages: each stage's result is a JSON file, so a rerun resumes and reuses.
+
+A stage is done when `<out>/stages/<name>.json` exists and its recorded key matches
+the key of the inputs it was run with; otherwise it runs again. Results are written
+atomically after the stage's own files, so a stage killed midway simply runs again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from lace.io import atomic_write_json
+
+
+def stage_key(*parts: object) -> str:
+    """A short hash of everything a stage's output depends on."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class StageRunner:
+    """Runs named stages once per key, recording results and wall times."""
+
+    def __init__(self, out: Path, log: Callable[[str], None] = print):
+        self.out = Path(out)
+        self.log = log
+        self.wall_times: dict[str, float] = {}
+        self.reused: dict[str, bool] = {}
+
+    def path(self, name: str) -> Path:
+        return self.out / "stages" / f"{name}.json"
+
+    def run(self, name: str, key: str, work: Callable[[], dict]) -> dict:
+        """Return `work()`'s result for `name`, from the cache when `key` matches."""
+        path = self.path(name)
+        if path.is_file():
+            cached = json.loads(path.read_text())
+            if cached.get("key") == key:
+                self.wall_times[name] = cached["wall_seconds"]
+                self.reused[name] = True
+                self.log(f"[{name}] reused ({cached['wall_seconds']:.1f}s when run)")
+                return cached["result"]
+        self.log(f"[{name}] running")
+        start = time.perf_counter()
+        result = work()
+        seconds = time.perf_counter() - start
+        atomic_write_json(path, {"key": key, "wall_seconds": seconds, "result": result})
+        self.wall_times[name] = seconds
+        self.reused[name] = False
+        self.log(f"[{name}] done in {seconds:.1f}s")
+        return result

@@ -1,0 +1,22 @@
+"""The shapes world as in-memory training pairs: decoded once, no per-step image I/O."""
+
+from __future__ import annotations
+
+import torch
+
+from lace.data import read_dataset
+from lace.data.dataset import ImageTextDataset
+from lace.encoders.base import DualEncoder
+from lace.train.data import TensorPairs
+
+
+def world_split(world_dir, split: str, style: str) -> ImageTextDataset:
+    """One split of the world with captions of one style (`web` or `coco`)."""
+    return read_dataset(f"{world_dir}/karpathy_{style}.json", split=split)
+
+
+def world_pairs(world_dir, split: str, style: str, encoder: DualEncoder) -> TensorPairs:
+    """(N, 3, H, W) pixels in the encoder's input format with every caption of each image."""
+    dataset = world_split(world_dir, split, style)
+    pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+    return TensorPairs(pixels, [record.captions for record in dataset.records])
