@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from lace.config import add_config_arguments, config_from_args, config_to_dict, field_docs, load_config
+from lace.config import (
+    add_config_arguments,
+    config_from_args,
+    config_to_dict,
+    field_docs,
+    load_config,
+)
 from lace.errors import LaceInputError
 
 

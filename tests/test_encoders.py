@@ -97,3 +97,11 @@ def test_hugging_face_folder_without_config(tmp_path):
     pytest.importorskip("transformers")
     with pytest.raises(LaceInputError, match="config.json"):
         load_encoder(f"hf-clip:{tmp_path}")
+
+
+def test_tokenize_cache_matches_open_clip_tokenizer():
+    encoder = load_encoder("lace-micro-32")
+    texts = ["a red square", "a blue circle left of a red square", "a red square"]
+    expected = open_clip.get_tokenizer("lace-micro-32")(texts)
+    torch.testing.assert_close(encoder.tokenize(texts), expected)
+    torch.testing.assert_close(encoder.tokenize(texts[::-1]), expected.flip(0))

@@ -17,10 +17,11 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import itertools
 import textwrap
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +32,7 @@ from lace.errors import LaceInputError
 ConfigT = TypeVar("ConfigT")
 
 
-@lru_cache(maxsize=None)
+@cache
 def field_docs(cls: type) -> dict[str, str]:
     """Map each field of a dataclass to the docstring written under it."""
     docs: dict[str, str] = {}
@@ -43,7 +44,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = ast.parse(source).body[0].body
-        for node, following in zip(body, body[1:]):
+        for node, following in itertools.pairwise(body):
             if (
                 isinstance(node, ast.AnnAssign)
                 and isinstance(node.target, ast.Name)
@@ -91,14 +92,28 @@ def _parse_value(annotation: Any, text: str) -> Any:
     return text
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+def _help_text(doc: str, default: Any) -> str:
+    """The field's docstring plus its default, written as a user would type it on the command line."""
+    if isinstance(default, (tuple, list)):
+        default = ",".join(str(item) for item in default) or "none"
+    # the docstring may already say what happens when unset; argparse reads % as a format
+    text = doc if "(default" in doc else f"{doc} (default: {default})"
+    return text.replace("%", "%%")
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
+    flags: dict[str, tuple[str, ...]] | None = None,
+) -> None:
     """Add one `--flag` per field of dataclass `cls`, with the field's docstring as help.
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
-    Booleans take `--flag` / `--no-flag`.
+    Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
+    example `{"output": ("--out", "--output")}`), so commands can share flag names.
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
+    flags = flags or {}
     group = parser.add_argument_group(cls.__name__)
     for field in dataclasses.fields(cls):
         if field.name in skip:
@@ -107,15 +122,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple
         default = field.default if field.default is not dataclasses.MISSING else None
         if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             default = field.default_factory()  # type: ignore[misc]
-        help_text = f"{docs.get(field.name, '')} (default: {default})"
+        help_text = _help_text(docs.get(field.name, ""), default)
+        names = flags.get(field.name, (_flag(field.name),))
         if _base_type(annotation) is bool:
             group.add_argument(
-                _flag(field.name), dest=field.name, action=argparse.BooleanOptionalAction,
+                *names, dest=field.name, action=argparse.BooleanOptionalAction,
                 default=None, help=help_text,
             )
         else:
             group.add_argument(
-                _flag(field.name), dest=field.name, default=None, metavar=field.name.upper(),
+                *names, dest=field.name, default=None, metavar=field.name.upper(),
                 type=lambda text, a=annotation: _parse_value(a, text), help=help_text,
             )
 

@@ -46,7 +46,7 @@ class EmbeddingStore:
     index: dict
 
     @classmethod
-    def open(cls, path: str | Path) -> "EmbeddingStore":
+    def open(cls, path: str | Path) -> EmbeddingStore:
         path = Path(path)
         for name in (IMAGE_FILE, TEXT_FILE, INDEX_FILE):
             if not (path / name).is_file():

@@ -6,9 +6,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from lace.errors import LaceInputError
 
@@ -56,6 +56,16 @@ def read_json(path: str | os.PathLike) -> object:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise LaceInputError(f"{path}: not valid JSON ({error})") from error
+
+
+def read_safetensors(path: str | os.PathLike) -> dict:
+    """Read a safetensors file as {name: tensor} (CPU), a missing file as a `LaceInputError` naming it."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise LaceInputError(f"{path}: file not found")
+    return load_file(str(path))
 
 
 def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:

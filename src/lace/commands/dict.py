@@ -12,6 +12,7 @@ from lace.commands.common import add_output_arguments, add_progress_argument
 from lace.config import add_config_arguments, config_from_args, config_to_dict
 from lace.dictionary.build import (
     DictionaryFitConfig,
+    binding_directions_for_store,
     concept_directions_for_store,
     fit_labelled_dictionary,
     load_labelled_dictionary,
@@ -35,12 +36,14 @@ def add_parser(subparsers) -> None:
         description="Fit a sparse dictionary on the centred image and text embeddings of a store "
                     "(streamed from the memory-mapped .npy files), measure its quality (FVU, cosine, L0, "
                     "dead atoms per modality), derive concept directions (caption means from the store's "
-                    "captions; prompt templates too when --model is given) and label every atom.",
+                    "captions; prompt templates too when --model is given) and label every atom. With "
+                    "--bindings (default) it also derives compound ('red square') directions for the rebind edit.",
     )
     fit.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
     fit.add_argument("--model", default=None, help="text encoder for prompt-template concept directions (optional)")
     fit.add_argument("--pretrained", default=None, help="pretrained tag or checkpoint for --model")
-    fit.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
+    fit.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                     help="torch device (default: cuda if available)")
     add_config_arguments(fit, DictionaryFitConfig)
     add_output_arguments(fit, "dictionary folder to write")
     add_progress_argument(fit)
@@ -52,7 +55,8 @@ def add_parser(subparsers) -> None:
                     "show the active atoms of one embedding, and with --edit the same after the edit; "
                     "--png draws them as a bar chart.",
     )
-    inspect.add_argument("--dict", required=True, help="dictionary folder written by `lace dict fit`")
+    inspect.add_argument("--dictionary", "--dict", dest="dict", metavar="DICTIONARY", required=True,
+                         help="dictionary folder written by `lace dict fit`")
     inspect.add_argument("--embeddings", default=None, help="embedding store folder (for usage and --index)")
     inspect.add_argument("--modality", choices=("image", "text"), default="image", help="modality of --index")
     inspect.add_argument("--index", type=int, default=None, help="row of the embedding to show")
@@ -79,6 +83,10 @@ def run_fit(args: argparse.Namespace) -> int:
     result = fit_labelled_dictionary(
         store.image_embeddings, store.text_embeddings, directions, config, device=args.device, progress=args.progress
     )
+    if config.bindings:
+        result.bindings = binding_directions_for_store(
+            config.vocabulary, store.captions, store.text_embeddings, config.min_mentions
+        )
     save_labelled_dictionary(result, out)
     atomic_write_json(out / "fit_config.json", {**config_to_dict(config), "embeddings": str(args.embeddings)})
     quality = result.dictionary.quality_
@@ -128,7 +136,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     before = dictionary.transform(z, args.modality, dense=True)[0]
     after = None
     if args.edit:
-        editor = CounterfactualEditor(dictionary, labelling, directions)
+        editor = CounterfactualEditor(dictionary, labelling, directions, bindings=labelled.bindings)
         edited = editor.apply(z, args.modality, parse_edit(args.edit))
         record = edited.records.to_dicts(editor.unit_names)[0]
         print(f"edit {args.edit}: proposed={record['proposed']} passed_check={record['passed_check']} "

@@ -22,7 +22,8 @@ def add_parser(subparsers) -> None:
                     "and list the nearest real captions before, after, and after a random edit of the same "
                     "step size.",
     )
-    parser.add_argument("--dict", required=True, help="dictionary folder written by `lace dict fit`")
+    parser.add_argument("--dictionary", "--dict", dest="dict", metavar="DICTIONARY", required=True,
+                        help="dictionary folder written by `lace dict fit`")
     parser.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
     parser.add_argument("--image", type=int, required=True, help="row of the image in the store")
     parser.add_argument("--edit", required=True, help="the edit, e.g. 'transplant:square=star'")
@@ -38,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.image < store.image_embeddings.shape[0]:
         raise input_error("--image", None, f"a row in 0..{store.image_embeddings.shape[0] - 1}", args.image)
     spec = parse_edit(args.edit)
-    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, strength=args.strength)
+    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, strength=args.strength,
+                                  bindings=labelled.bindings)
     z = torch.from_numpy(np.array(store.image_embeddings[args.image : args.image + 1], dtype=np.float32))
     edited = editor.apply(z, "image", spec)
     control = editor.apply(z, "image", spec, control="random", generator=torch.Generator().manual_seed(args.seed))

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from lace.commands.common import add_data_arguments, add_model_arguments, add_output_arguments, add_progress_argument
+from lace.commands.common import (
+    add_data_arguments,
+    add_model_arguments,
+    add_output_arguments,
+    add_progress_argument,
+)
 from lace.data import read_dataset
 from lace.distributed import init_distributed, shutdown_distributed
 from lace.embeddings import extract_embeddings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from lace.commands.common import add_model_arguments, add_progress_argument
@@ -19,11 +20,17 @@ def add_parser(subparsers) -> None:
         description="Embed each benchmark image and caption once, score retrieval (recall@1/5/10), "
                     "SugarCrepe, ARO, Winoground, VALSE and the shapes world, and measure the "
                     "geometry of the space (hubness, one-way neighbours, mutual k-NN, brittleness "
-                    "under rule-made edits) against an isotropic baseline. Writes one results JSON.",
+                    "under rule-made edits) against an isotropic baseline. With --dictionary, also "
+                    "counterfactual brittleness and edit retrieval (transplants looked up among real "
+                    "images, against random and concept-arithmetic edits of the same size). "
+                    "Writes one results JSON.",
     )
     add_model_arguments(parser)
     parser.add_argument("--config", default=None, help="YAML file of EvalConfig fields (flags override it)")
-    add_config_arguments(parser, EvalConfig)
+    add_config_arguments(parser, EvalConfig, skip=("transplants",))
+    parser.add_argument("--transplant", action="append", default=None, metavar="A=B",
+                        help="edit-retrieval transplant of concept A to concept B of the same type; repeat for "
+                             "more (default: a few chosen among same-type concepts the captions mention)")
     parser.add_argument("--out", required=True, help="results JSON file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     add_progress_argument(parser)
@@ -32,6 +39,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(EvalConfig, args, args.config)
+    if args.transplant:
+        config = dataclasses.replace(config, transplants=tuple(args.transplant))
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise LaceInputError(f"{out}: results file exists; pass --overwrite to replace it")

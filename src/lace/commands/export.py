@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
             "OUT.json. OUT ending in .safetensors is written with safetensors, else with torch.save."
         ),
     )
-    parser.add_argument("--run", required=True, help="run folder written by lace train")
+    parser.add_argument("--run", required=True, help="run folder written by `lace train`")
     parser.add_argument("--out", required=True, help="file to write (model.pt or model.safetensors)")
     parser.add_argument("--checkpoint", default="latest",
                         help="which checkpoint: latest, or a name such as step_0001000")

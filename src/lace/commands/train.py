@@ -19,12 +19,11 @@ def add_parser(subparsers) -> None:
             "negatives (--caption-negatives) for the text-only baseline, or nothing for plain CLIP training. "
             "Runs that differ only in a switch see the same data, seeds and steps. Start several processes "
             "with `torchrun --nproc_per_node N -m lace train ...` for data-parallel training. Writes "
-            "config.json, metrics.jsonl and checkpoints/ into --output; continue with --resume latest."
+            "config.json, metrics.jsonl and checkpoints/ into --out; continue with --resume latest."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields (flags override it)")
-    add_config_arguments(parser, TrainConfig)
+    add_config_arguments(parser, TrainConfig, flags={"output": ("--out", "--output")})
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 

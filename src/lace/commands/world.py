@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lace.commands.common import add_progress_argument
 from lace.config import add_config_arguments, config_from_args
 from lace.data.world import WorldConfig, generate_world, preview_grid
 
@@ -60,12 +61,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--config", default=None, help="YAML file of WorldConfig fields (flags override it)"
     )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="show a progress bar",
-    )
+    add_progress_argument(parser)
     add_config_arguments(parser, WorldConfig, skip=EXPLICIT_FIELDS)
     parser.set_defaults(func=run)
 

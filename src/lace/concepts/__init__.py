@@ -1,5 +1,6 @@
-"""Typed concept vocabularies, concept directions and atom labelling."""
+"""Typed concept vocabularies, concept directions, binding (compound) directions and atom labelling."""
 
+from lace.concepts.bindings import BindingDirections, binding_directions, load_bindings
 from lace.concepts.directions import (
     ConceptDirections,
     directions_from_captions,
@@ -10,12 +11,15 @@ from lace.concepts.vocabulary import Concept, Vocabulary, load_vocabulary
 
 __all__ = [
     "AtomLabelling",
+    "BindingDirections",
     "Concept",
     "ConceptDirections",
     "Vocabulary",
+    "binding_directions",
     "calibrate_tau_align",
     "directions_from_captions",
     "directions_from_templates",
     "label_atoms",
+    "load_bindings",
     "load_vocabulary",
 ]

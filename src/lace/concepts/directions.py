@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 
 from lace.concepts.vocabulary import Vocabulary
 from lace.dictionary.streaming import Rows, RowSource
-from lace.errors import LaceInputError, input_error
-from lace.io import atomic_path, atomic_write_json, read_json
+from lace.errors import input_error
+from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 
 TEMPLATES = {
     "object": ("a photo of a {}.", "a picture of a {}.", "a {} in the scene.", "there is a {}."),
@@ -98,11 +98,9 @@ class ConceptDirections:
     def load(cls, directory: str | Path) -> ConceptDirections:
         directory = Path(directory)
         meta = read_json(directory / "concepts.json")
-        path = directory / "concept_directions.safetensors"
-        if not path.is_file():
-            raise LaceInputError(f"{path}: file not found")
         return cls(
-            meta["names"], meta["kinds"], meta["groups"], load_file(str(path))["directions"],
+            meta["names"], meta["kinds"], meta["groups"],
+            read_safetensors(directory / "concept_directions.safetensors")["directions"],
             meta.get("source", "templates"), meta.get("counts"),
         )
 
@@ -184,6 +182,28 @@ def mention_matrix(vocabulary: Vocabulary, captions: Sequence[str]) -> tuple[np.
     return np.asarray(rows, dtype=np.int64), np.asarray(concepts, dtype=np.int64)
 
 
+def mention_sums(
+    rows: Rows, mention_rows: np.ndarray, mention_ids: np.ndarray, n_ids: int, chunk_size: int = 65536
+) -> tuple[Tensor, Tensor]:
+    """Float64 sums of the embeddings mentioning each id (n_ids, d) and of all rows (d,).
+
+    rows: the (N, d) caption embeddings, read in chunks; (mention_rows, mention_ids): one
+    pair per (caption, mentioned id), as `mention_matrix` gives them.
+    """
+    sums = torch.zeros(n_ids, rows.dim, dtype=torch.float64)
+    total = torch.zeros(rows.dim, dtype=torch.float64)
+    order = np.argsort(mention_rows, kind="stable")
+    mention_rows, mention_ids = mention_rows[order], mention_ids[order]
+    for start in range(0, rows.n_rows, chunk_size):
+        block = rows.read(start, min(start + chunk_size, rows.n_rows)).double()  # (n, d)
+        total += block.sum(0)
+        lo, hi = np.searchsorted(mention_rows, [start, start + block.shape[0]])
+        if hi > lo:
+            local_rows = torch.from_numpy(mention_rows[lo:hi] - start)
+            sums.index_add_(0, torch.from_numpy(mention_ids[lo:hi]), block[local_rows])
+    return sums, total
+
+
 def directions_from_captions(
     vocabulary: Vocabulary,
     captions: Sequence[str],
@@ -202,17 +222,7 @@ def directions_from_captions(
         raise input_error(rows.name, "shape", f"one embedding per caption ({len(captions)})", rows.n_rows)
     mention_rows, mention_concepts = mention_matrix(vocabulary, captions)
     n_concepts = len(vocabulary)
-    sums = torch.zeros(n_concepts, rows.dim, dtype=torch.float64)
-    total = torch.zeros(rows.dim, dtype=torch.float64)
-    order = np.argsort(mention_rows, kind="stable")
-    mention_rows, mention_concepts = mention_rows[order], mention_concepts[order]
-    for start in range(0, rows.n_rows, chunk_size):
-        block = rows.read(start, min(start + chunk_size, rows.n_rows)).double()  # (n, d)
-        total += block.sum(0)
-        lo, hi = np.searchsorted(mention_rows, [start, start + block.shape[0]])
-        if hi > lo:
-            local_rows = torch.from_numpy(mention_rows[lo:hi] - start)
-            sums.index_add_(0, torch.from_numpy(mention_concepts[lo:hi]), block[local_rows])
+    sums, total = mention_sums(rows, mention_rows, mention_concepts, n_concepts, chunk_size)
     counts = np.bincount(mention_concepts, minlength=n_concepts)
     keep = [i for i in range(n_concepts) if min_count <= counts[i] < rows.n_rows]
     if not keep:

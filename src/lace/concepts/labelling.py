@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 
 from lace.concepts.directions import ConceptDirections
 from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import LaceInputError
-from lace.io import atomic_path, atomic_write_json, read_json
+from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 
 DEFAULT_TAU_ALIGN = 0.3
 DEFAULT_TAU_USE = 0.25
@@ -98,10 +98,7 @@ class AtomLabelling:
     def load(cls, directory: str | Path) -> AtomLabelling:
         directory = Path(directory)
         meta = read_json(directory / "labelling.json")
-        path = directory / "labelling.safetensors"
-        if not path.is_file():
-            raise LaceInputError(f"{path}: file not found")
-        tensors = load_file(str(path))
+        tensors = read_safetensors(directory / "labelling.safetensors")
         return cls(tensors["atom_concept"], tensors["atom_alignment"], tensors["atom_typical_code"], float(meta["tau_align"]))
 
 

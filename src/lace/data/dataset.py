@@ -51,7 +51,7 @@ class ImageTextDataset:
         """For each caption in `captions`, the index of its record."""
         return [i for i, record in enumerate(self.records) for _ in record.captions]
 
-    def subset(self, indices: list[int]) -> "ImageTextDataset":
+    def subset(self, indices: list[int]) -> ImageTextDataset:
         return ImageTextDataset([self.records[i] for i in indices], self.source)
 
     def load_image(self, index: int) -> Image.Image:
@@ -66,8 +66,8 @@ class ImageTextDataset:
                 with Image.open(record.image_path) as image:
                     return image.convert("RGB")
             shard = self._tar_handles.get(record.image_path)
-            if shard is None:
-                shard = self._tar_handles[record.image_path] = tarfile.open(record.image_path)
+            if shard is None:  # kept open: every member of the shard is read through it
+                shard = self._tar_handles[record.image_path] = tarfile.open(record.image_path)  # noqa: SIM115
             data = shard.extractfile(record.tar_member)
             if data is None:
                 raise LaceInputError(f"{record.image_path}: member {record.tar_member!r} is not a file")

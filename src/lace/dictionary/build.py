@@ -4,6 +4,7 @@ A dictionary folder holds:
     cfg.json, dictionary.safetensors, quality.json    the `ConceptDictionary`
     concepts.json, concept_directions.safetensors     the `ConceptDirections`
     labelling.json, labelling.safetensors             the `AtomLabelling`
+    bindings.json, binding_directions.safetensors     the `BindingDirections` (optional)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lace.concepts.bindings import BindingDirections, binding_directions, load_bindings
 from lace.concepts.directions import (
     ConceptDirections,
     directions_from_captions,
@@ -52,6 +54,8 @@ class DictionaryFitConfig:
     """Atom alignment threshold (none: calibrated against random directions of the data)."""
     seed: int = 0
     """Seed for initial atoms and batch order."""
+    bindings: bool = True
+    """Also derive compound ('red square') binding directions from the captions, for the rebind edit."""
 
 
 @dataclass
@@ -59,6 +63,7 @@ class LabelledDictionary:
     dictionary: ConceptDictionary
     directions: ConceptDirections
     labelling: AtomLabelling
+    bindings: BindingDirections | None = None
 
 
 def concept_directions_for_store(
@@ -90,6 +95,24 @@ def concept_directions_for_store(
     return directions
 
 
+def binding_directions_for_store(
+    vocabulary_path: str,
+    captions: list[str],
+    text_embeddings,
+    min_mentions: int = 5,
+    log: Callable[[str], None] = print,
+) -> BindingDirections | None:
+    """Compound binding directions from the captions, or None (logged) when the vocabulary has no
+    attribute groups or no binding is stated by `min_mentions` captions."""
+    try:
+        bindings = binding_directions(load_vocabulary(vocabulary_path), captions, text_embeddings, min_count=min_mentions)
+    except LaceInputError as error:
+        log(f"no binding directions: {error}")
+        return None
+    log(f"binding directions for {len(bindings)} attribute-object compounds")
+    return bindings
+
+
 def fit_labelled_dictionary(
     image_embeddings,
     text_embeddings,
@@ -116,6 +139,8 @@ def save_labelled_dictionary(result: LabelledDictionary, directory: str | Path) 
     result.dictionary.save(directory)
     result.directions.save(directory)
     result.labelling.save(directory)
+    if result.bindings is not None:
+        result.bindings.save(directory)
     return directory
 
 
@@ -129,7 +154,7 @@ def load_labelled_dictionary(directory: str | Path, device: str = "cpu") -> Labe
     labelling = AtomLabelling.load(directory)
     if labelling.atom_concept.shape[0] != dictionary.atoms_.shape[0]:
         raise LaceInputError(f"{directory}: labelling has {labelling.atom_concept.shape[0]} atoms, dictionary {dictionary.atoms_.shape[0]}")
-    return LabelledDictionary(dictionary, directions, labelling)
+    return LabelledDictionary(dictionary, directions, labelling, load_bindings(directory))
 
 
 def nearest_rows(queries: Tensor, rows, k: int, chunk_size: int = 65536) -> tuple[Tensor, Tensor]:

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 from tqdm import tqdm
 
 from lace.dictionary import learning
 from lace.dictionary.sparse_coding import SparseCodes, decode, encode
 from lace.dictionary.streaming import Rows, RowSource, check_finite, streaming_mean
-from lace.errors import LaceInputError, input_error
-from lace.io import atomic_path, atomic_write_json, read_json
+from lace.errors import input_error
+from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 
 MODALITIES = ("image", "text")
 MODES = ("learned", "vocabulary")
@@ -391,10 +391,7 @@ class ConceptDictionary:
         config = read_json(directory / "cfg.json")
         if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
             raise input_error(directory / "cfg.json", "format_version", str(FORMAT_VERSION), config.get("format_version") if isinstance(config, dict) else None)
-        weights_path = directory / "dictionary.safetensors"
-        if not weights_path.is_file():
-            raise LaceInputError(f"{weights_path}: file not found")
-        tensors = load_file(str(weights_path))
+        tensors = read_safetensors(directory / "dictionary.safetensors")
         dictionary = cls(**config["params"], device=device)
         dictionary.atoms_ = tensors["atoms"]
         dictionary.mean_image_ = tensors["mean_image"]

@@ -6,7 +6,7 @@ registered with `register_encoder` (for example `lace-towers`), then open_clip.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

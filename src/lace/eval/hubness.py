@@ -9,10 +9,12 @@ import numpy as np
 import torch
 from scipy import stats
 
+from lace.eval.metrics import as_numpy
+
 
 def k_occurrence(indices: np.ndarray | torch.Tensor, n_gallery: int, k: int | None = None) -> np.ndarray:
     """(G,) int64 `N_k`: how many of the (Q, >= k) top-k lists hold each gallery row."""
-    indices = indices.detach().cpu().numpy() if isinstance(indices, torch.Tensor) else np.asarray(indices)
+    indices = as_numpy(indices)
     k = indices.shape[1] if k is None else k
     return np.bincount(indices[:, :k].ravel().astype(np.int64), minlength=n_gallery)
 

@@ -15,7 +15,8 @@ import torch
 from lace.eval.neighbours import DEFAULT_CHUNK, cross_neighbours
 
 
-def _numpy(x) -> np.ndarray:
+def as_numpy(x) -> np.ndarray:
+    """A tensor (any device, with or without gradient) or array-like as a numpy array."""
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
@@ -36,7 +37,7 @@ def recall_from_neighbours(
         `i2t/R@k`: share of images with at least one of their captions in the top k;
         `t2i/R@k`: share of captions whose image is in the top k.
     """
-    image_to_text, text_to_image = _numpy(image_to_text), _numpy(text_to_image)
+    image_to_text, text_to_image = as_numpy(image_to_text), as_numpy(text_to_image)
     owner = np.asarray(text_image_index, dtype=np.int64)
     n_images = image_to_text.shape[0]
     # a list as long as its whole gallery is complete for any k
@@ -59,7 +60,7 @@ def recall_at_k(
     ks: Sequence[int] = (1, 5, 10),
 ) -> dict[str, float]:
     """Recall@k from a full (N_img, N_txt) score matrix; several captions per image are all positives."""
-    scores = torch.as_tensor(_numpy(scores)).float()
+    scores = torch.as_tensor(as_numpy(scores)).float()
     k = min(max(ks), scores.shape[1])
     image_to_text = scores.topk(k, dim=1).indices
     text_to_image = scores.T.topk(min(max(ks), scores.shape[0]), dim=1).indices
@@ -80,7 +81,7 @@ def retrieval_recall(
 
 def pairwise_accuracy(positive_scores, negative_scores) -> float:
     """Share of items whose positive scores strictly above its negative: (n,), (n,) -> float."""
-    positive, negative = _numpy(positive_scores).astype(np.float64), _numpy(negative_scores).astype(np.float64)
+    positive, negative = as_numpy(positive_scores).astype(np.float64), as_numpy(negative_scores).astype(np.float64)
     if positive.shape != negative.shape:
         raise ValueError(f"score shapes differ: {positive.shape} vs {negative.shape}")
     return float((positive > negative).mean()) if positive.size else float("nan")
@@ -88,7 +89,7 @@ def pairwise_accuracy(positive_scores, negative_scores) -> float:
 
 def beats_all(true_scores, alternative_scores) -> np.ndarray:
     """(n,) bool: the true option strictly beats every alternative in its row of (n, m)."""
-    true, alternatives = _numpy(true_scores), _numpy(alternative_scores)
+    true, alternatives = as_numpy(true_scores), as_numpy(alternative_scores)
     return true > alternatives.max(axis=1)
 
 
@@ -116,7 +117,7 @@ def winoground_scores(scores) -> dict[str, float]:
     Image score: for each caption the right image wins, s(c0,i0) > s(c0,i1) and s(c1,i1) > s(c1,i0).
     Group score: both at once.
     """
-    s = _numpy(scores).astype(np.float64)
+    s = as_numpy(scores).astype(np.float64)
     if s.ndim != 3 or s.shape[1:] != (2, 2):
         raise ValueError(f"expected (n, 2, 2) scores, got {s.shape}")
     text = (s[:, 0, 0] > s[:, 1, 0]) & (s[:, 1, 1] > s[:, 0, 1])

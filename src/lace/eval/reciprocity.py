@@ -13,9 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-
-def _numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+from lace.eval.metrics import as_numpy
 
 
 def one_way_rates(
@@ -29,7 +27,7 @@ def one_way_rates(
         image: share of images whose top-1 caption's top-1 image is a different image;
         text: share of captions whose top-1 image's top-1 caption belongs to another image.
     """
-    image_to_text, text_to_image = _numpy(image_to_text)[:, 0], _numpy(text_to_image)[:, 0]
+    image_to_text, text_to_image = as_numpy(image_to_text)[:, 0], as_numpy(text_to_image)[:, 0]
     owner = np.asarray(text_image_index, dtype=np.int64)
     images = np.arange(len(image_to_text))
     image_one_way = text_to_image[image_to_text] != images  # (N_img,)
@@ -45,7 +43,7 @@ def mutual_knn_overlap(
     Returns the number of mutual pairs as a share of the image-side slots (N_img * k)
     and of the caption-side slots (N_txt * k).
     """
-    image_to_text, text_to_image = _numpy(image_to_text)[:, :k], _numpy(text_to_image)[:, :k]
+    image_to_text, text_to_image = as_numpy(image_to_text)[:, :k], as_numpy(text_to_image)[:, :k]
     images = np.arange(len(image_to_text))[:, None, None]
     # (N_img, k, k): does caption image_to_text[i, a] list image i in its top-k?
     points_back = (text_to_image[image_to_text] == images).any(axis=2)

@@ -76,6 +76,16 @@ class EvalConfig:
     """Folder for an on-disk embedding cache keyed by model and data (off when unset)."""
     seed: int = 0
     """Seed of perturbations, rule edits and the random baseline."""
+    dictionary: str | None = None
+    """Concept dictionary folder (`lace dict fit`) for counterfactual brittleness and edit retrieval."""
+    transplants: tuple[str, ...] = ()
+    """Edit-retrieval transplants 'a=b' (default: chosen among same-type concepts in the captions)."""
+    auto_transplants: int = 3
+    """How many transplants to choose when none are named."""
+    transplant_strength: float = 1.0
+    """Weight multiplier of edit-retrieval transplants (the edit's size knob)."""
+    counterfactual_edits: int = 4
+    """Counterfactual edits per caption for counterfactual brittleness."""
 
 
 BenchmarkInputs = Callable[[EvalConfig], tuple[Any, dict[str, Any], str]]
@@ -105,6 +115,11 @@ def _load(name: str, config: EvalConfig):
     return benchmark, benchmark.load(root, **options)
 
 
+# Fields that change what is measured but not which images and captions are embedded.
+NOT_EMBEDDING_INPUTS = ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks", "dictionary",
+                        "transplants", "auto_transplants", "transplant_strength", "counterfactual_edits")
+
+
 def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
     """A name for the on-disk cache of (model, checkpoint state, data inputs)."""
     checkpoint = None
@@ -112,7 +127,7 @@ def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
         stat = Path(pretrained).stat()
         checkpoint = [str(Path(pretrained).resolve()), stat.st_size, stat.st_mtime_ns]
     inputs = config_to_dict(config)
-    for name in ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks"):
+    for name in NOT_EMBEDDING_INPUTS:
         inputs.pop(name)
     text = json.dumps({"model": model, "pretrained": pretrained, "checkpoint": checkpoint, "inputs": inputs},
                       sort_keys=True)
@@ -156,6 +171,7 @@ def run_evaluation(
     unknown = [name for name in config.benchmarks if name not in BENCHMARKS]
     if unknown:
         raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
+    labelled = _load_dictionary(encoder, config, model) if config.dictionary else None
     cache = EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
     cache_file = Path(config.cache_dir) / f"{cache_key(model, pretrained, config)}.npz" if config.cache_dir else None
     if cache_file is not None and cache_file.is_file():
@@ -173,7 +189,7 @@ def run_evaluation(
         start = time.perf_counter()
         dataset = _diagnostic_dataset(config, loaded)
         if dataset is not None:
-            diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress))
+            diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress, labelled))
         seconds["diagnostics"] = round(time.perf_counter() - start, 3)
     if cache_file is not None:
         cache.save(cache_file)
@@ -187,8 +203,29 @@ def run_evaluation(
     }
 
 
-def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool) -> dict:
-    """Geometry figures and rule-edit brittleness on one image-caption set."""
+def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
+    """The labelled dictionary of --dictionary, checked against the model and the named transplants
+    before any embedding work."""
+    from lace.eval.dictionary_diagnostics import check_transplants, load_dictionary_for_model
+    from lace.eval.edit_retrieval import caption_concepts
+
+    if not config.diagnostics:
+        raise LaceInputError("--dictionary adds to the diagnostics: drop --no-diagnostics")
+    if config.data is None and config.world is None:
+        raise LaceInputError("--dictionary needs an image-caption set to diagnose: pass --data or --world")
+    if config.auto_transplants < 0 or config.counterfactual_edits < 1 or config.transplant_strength <= 0:
+        raise LaceInputError("expected --auto-transplants >= 0, --counterfactual-edits >= 1 and "
+                             "--transplant-strength > 0")
+    labelled = load_dictionary_for_model(config.dictionary, encoder.embed_dim, model)
+    concept_names = caption_concepts([], _rule_negatives(config))[1]
+    check_transplants(labelled, config.transplants, concept_names)
+    return labelled
+
+
+def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool,
+             labelled=None) -> dict:
+    """Geometry figures and rule-edit brittleness on one image-caption set; with a labelled
+    dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`)."""
     from lace.eval.brittleness import rule_edit_brittleness
 
     images, texts = dataset_embeddings(cache, dataset)
@@ -196,7 +233,16 @@ def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalC
     figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
     figures.update(geometry_diagnostics(images, texts, owner, GeometryOptions(
         k=config.k, baseline=config.baseline, seed=config.seed)))
-    brittleness = rule_edit_brittleness(encoder, images, dataset.captions, texts, owner, _rule_negatives(config),
+    rule_negatives = _rule_negatives(config)
+    brittleness = rule_edit_brittleness(encoder, images, dataset.captions, texts, owner, rule_negatives,
                                         seed=config.seed, progress=progress)
     figures.update({f"brittleness/{key}": value for key, value in brittleness.items()})
+    if labelled is not None:
+        from lace.eval.dictionary_diagnostics import dictionary_diagnostics
+
+        figures.update(dictionary_diagnostics(
+            labelled, images, texts, owner, [record.captions for record in dataset.records], rule_negatives,
+            transplants=config.transplants, auto_transplants=config.auto_transplants,
+            strength=config.transplant_strength, n_edits=config.counterfactual_edits, k=config.k, seed=config.seed,
+        ))
     return figures

@@ -5,17 +5,17 @@ Every function writes one PNG (atomically) and returns its path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from PIL import Image
 
-from lace.io import atomic_path  # noqa: E402
+from lace.io import atomic_path
 
 
 def _save(figure, path: str | Path) -> Path:

@@ -34,27 +34,26 @@ FAMILIES = (
 SWAP_FAMILIES = ("swap_attribute", "swap_object", "swap_relation")
 
 
+def _replacements(objects: list[dict], field: str, values: tuple[str, ...]) -> list[dict]:
+    """Each object's `field` replaced by every value no object in the scene has."""
+    used = {o[field] for o in objects}
+    return [
+        {"object": i, "field": field, "from": o[field], "to": value}
+        for i, o in enumerate(objects)
+        for value in values
+        if value not in used
+    ]
+
+
 def candidate_edits(scene: dict, family: str, config: WorldConfig) -> list[dict]:
     """Every edit of `family` that applies to `scene`, as JSON-ready dicts."""
     objects = scene["objects"]
     n = len(objects)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     if family == "replace_attribute":
-        used = {o["colour"] for o in objects}
-        return [
-            {"object": i, "field": "colour", "from": o["colour"], "to": c}
-            for i, o in enumerate(objects)
-            for c in config.colours
-            if c not in used
-        ]
+        return _replacements(objects, "colour", config.colours)
     if family == "replace_object":
-        used = {o["shape"] for o in objects}
-        return [
-            {"object": i, "field": "shape", "from": o["shape"], "to": s}
-            for i, o in enumerate(objects)
-            for s in config.shapes
-            if s not in used
-        ]
+        return _replacements(objects, "shape", config.shapes)
     if family == "replace_relation":
         return [
             {"relation": k, "field": "relation", "from": r["relation"], "to": other}

@@ -29,6 +29,7 @@ from lace.eval.benchmarks.base import (
     Benchmark,
     cache_for,
     item_field,
+    read_json_as,
     register_benchmark,
     text_field,
 )
@@ -91,9 +92,7 @@ class ARO(Benchmark):
     def _load_visual_genome(self, root: Path, file_name: str, name: str) -> CaptionChoice:
         path = self.require_file(root / file_name)
         image_dir = root / "images"
-        items = read_json(path)
-        if not isinstance(items, list):
-            raise LaceInputError(f"{path}: expected a JSON list of items (got {type(items).__name__})")
+        items = read_json_as(path, list, "a JSON list of items")
         choice = CaptionChoice()
         for position, item in enumerate(items):
             image = str(image_dir / text_field(item, "image_path", path, position))

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.embedding_cache import EmbeddingCache
+from lace.io import read_json
 
 BENCHMARKS: dict[str, type[Benchmark]] = {}
 
@@ -75,6 +76,14 @@ def get_benchmark(name: str) -> Benchmark:
 
 def cache_for(encoder: DualEncoder, cache: EmbeddingCache | None, progress: bool) -> EmbeddingCache:
     return cache if cache is not None else EmbeddingCache(encoder, progress=progress)
+
+
+def read_json_as(path: Path, kind: type, expected: str) -> Any:
+    """The JSON at `path`, refused unless its top level is a `kind` (dict or list) as `expected` says."""
+    value = read_json(path)
+    if not isinstance(value, kind):
+        raise LaceInputError(f"{path}: expected {expected} (got {type(value).__name__})")
+    return value
 
 
 def item_field(item: object, name: str, where: object, position: object) -> Any:

@@ -12,10 +12,15 @@ from pathlib import Path
 
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.benchmarks.base import (
+    Benchmark,
+    cache_for,
+    read_json_as,
+    register_benchmark,
+    text_field,
+)
 from lace.eval.benchmarks.pairs import PairItems, score_pairs
 from lace.eval.embedding_cache import EmbeddingCache
-from lace.io import read_json
 
 SUGARCREPE_FILES = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 COCO_URL = "cocodataset.org (val2017 images)"
@@ -36,9 +41,7 @@ class SugarCrepe(Benchmark):
         data = {}
         for name in SUGARCREPE_FILES:
             path = self.require_file(root / f"{name}.json")
-            items = read_json(path)
-            if not isinstance(items, dict):
-                raise LaceInputError(f"{path}: expected a JSON object of id -> item (got {type(items).__name__})")
+            items = read_json_as(path, dict, "a JSON object of id -> item")
             pairs = PairItems()
             for key, item in items.items():
                 pairs.image_paths.append(str(image_root / text_field(item, "filename", path, key)))

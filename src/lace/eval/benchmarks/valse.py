@@ -19,12 +19,12 @@ from lace.eval.benchmarks.base import (
     Benchmark,
     cache_for,
     item_field,
+    read_json_as,
     register_benchmark,
     text_field,
 )
 from lace.eval.benchmarks.pairs import PairItems, score_pairs
 from lace.eval.embedding_cache import EmbeddingCache
-from lace.io import read_json
 
 
 @register_benchmark("valse")
@@ -40,9 +40,7 @@ class VALSE(Benchmark):
                                  f"the original is published at {self.published_at}")
         data = {}
         for path in files:
-            items = read_json(path)
-            if not isinstance(items, dict):
-                raise LaceInputError(f"{path}: expected a JSON object of id -> item (got {type(items).__name__})")
+            items = read_json_as(path, dict, "a JSON object of id -> item")
             pairs = PairItems()
             for key, item in items.items():
                 image = _resolve_image(image_root, text_field(item, "image_file", path, key), item.get("dataset"))

@@ -16,12 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from lace.encoders.base import DualEncoder
-from lace.errors import LaceInputError
-from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.benchmarks.base import (
+    Benchmark,
+    cache_for,
+    read_json_as,
+    register_benchmark,
+    text_field,
+)
 from lace.eval.benchmarks.winoground import WinogroundItems, winoground_score_tensor
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import group_accuracy, winoground_scores
-from lace.io import read_json
 
 
 @dataclass
@@ -43,9 +47,7 @@ class World(Benchmark):
     def load(self, root: str | Path, split: str = "test") -> WorldItems:
         root = Path(root)
         path = self.require_file(root / "benchmarks" / f"{split}.json", "binding items file")
-        items = read_json(path)
-        if not isinstance(items, list):
-            raise LaceInputError(f"{path}: expected a JSON list of binding items (got {type(items).__name__})")
+        items = read_json_as(path, list, "a JSON list of binding items")
         data = WorldItems()
         for position, item in enumerate(items):
             data.families.append(text_field(item, "family", path, position))
@@ -54,9 +56,7 @@ class World(Benchmark):
             data.captions.append(text_field(item, "caption", path, position))
             data.negative_captions.append(text_field(item, "negative_caption", path, position))
         wino_path = self.require_file(root / "benchmarks" / f"{split}_winoground.json", "Winoground file")
-        quadruples = read_json(wino_path)
-        if not isinstance(quadruples, list):
-            raise LaceInputError(f"{wino_path}: expected a JSON list (got {type(quadruples).__name__})")
+        quadruples = read_json_as(wino_path, list, "a JSON list")
         for position, item in enumerate(quadruples):
             data.winoground.ids.append(str(item.get("id", position)) if isinstance(item, dict) else "")
             data.winoground.image_paths.append(
