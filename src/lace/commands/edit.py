@@ -18,7 +18,8 @@ from lace.errors import input_error
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "edit", help="edit one image's embedding by concept and list its nearest captions",
-        description="Apply a named edit (attenuate:c, swap:c=c', transplant:c=c') to an image's embedding "
+        description="Apply a named edit (attenuate:c, swap:c=c', transplant:c=c', rebind:a=a' with a dictionary "
+                    "that has binding directions) to an image's embedding "
                     "and list the nearest real captions before, after, and after a random edit of the same "
                     "step size.",
     )

@@ -291,13 +291,14 @@ def binding_directions(
     directions = torch.where(present.unsqueeze(1), directions, torch.zeros_like(directions)).float()
     directions = directions.view(-1, n_objects, rows.dim)
     present, counts = present.view(-1, n_objects), counts.view(-1, n_objects)
-    bounds = np.cumsum([0] + [len(members) for members in group_members])
+    ends = np.cumsum([len(members) for members in group_members]).tolist()
+    spans = [slice(end - len(members), end) for members, end in zip(group_members, ends)]
     return BindingDirections(
         objects=[vocabulary.concepts[i].name for i in objects],
         groups=list(matcher.groups),
         attributes=[[vocabulary.concepts[i].name for i in members] for members in group_members],
-        directions=[directions[lo:hi].contiguous() for lo, hi in zip(bounds[:-1], bounds[1:])],
-        present=[present[lo:hi].contiguous() for lo, hi in zip(bounds[:-1], bounds[1:])],
-        counts=[counts[lo:hi].contiguous() for lo, hi in zip(bounds[:-1], bounds[1:])],
+        directions=[directions[span].contiguous() for span in spans],
+        present=[present[span].contiguous() for span in spans],
+        counts=[counts[span].contiguous() for span in spans],
         min_count=min_count,
     )

@@ -1,4 +1,5 @@
-"""Counterfactual edits of sparse concept codes: attenuate, swap, transplant, and their controls."""
+"""Counterfactual edits: attenuate, swap, transplant of sparse concept codes, rebind along compound
+directions, and their controls."""
 
 from lace.edits.editor import CounterfactualEditor
 from lace.edits.records import EDIT_KINDS, Counterfactuals, EditRecords

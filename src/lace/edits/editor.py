@@ -9,7 +9,7 @@ so the residual c_hat - a D is kept, and z' is a differentiable function of z wi
 the step (a' - a) D held constant.
 
 Edits act on units: whole concepts (all atoms a concept owns) by default, single
-aligned atoms with `atom_level=True`.
+aligned atoms with `atom_level=True` (where rebind, a whole-concept edit, proposes nothing).
 - attenuate(c, gamma): the atoms of c scaled by gamma.
 - swap(c, c'): both editable, same type; each takes the other's total weight in
   proportion to its own pattern. Skipped when |w_c - w_c'| <= swap_min_gap x max(w_c, w_c').
@@ -17,15 +17,20 @@ aligned atoms with `atom_level=True`.
   strength x w_c added over c''s atoms in c''s typical pattern.
   Target "random" (uniform over candidates), "hard" (the candidate whose concept
   direction is closest to c's) or a named pair "source=target".
+- rebind(a1, a2): two attributes of one group trade the objects they are bound to,
+  along compound directions (`lace.edits.rebind`); needs `bindings`
+  (`lace.concepts.bindings.BindingDirections`), without them it proposes nothing.
 Slot kinds are drawn uniformly among the enabled kinds feasible for that slot.
 
 Effect check on the rebuilt embedding's centred direction, with readouts
 r_c = cos(c_hat, e_c): attenuate lowers r_c by at least `attenuate_margin`;
-transplant raises r_c' and lowers r_c; swap makes r_c - r_c' change sign.
+transplant raises r_c' and lowers r_c; swap makes r_c - r_c' change sign; rebind makes
+the pairing readouts cross.
 
 Controls use exactly the same planned edits and step sizes |(a' - a) D|: a random
 isotropic direction (`random_control`) or the plain concept directions
-(`concept_arithmetic`: e_c' - e_c for transplant and swap, -e_c for attenuate).
+(`concept_arithmetic`: e_c' - e_c for transplant and swap, -e_c for attenuate; a
+rebind already moves along directions, so its concept-arithmetic control is itself).
 Pass generators seeded alike to get the same edits as `counterfactuals`.
 """
 
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lace.concepts.bindings import BindingDirections
 from lace.concepts.directions import ConceptDirections
 from lace.concepts.labelling import (
     DEFAULT_TAU_USE,
@@ -45,11 +51,13 @@ from lace.concepts.labelling import (
 )
 from lace.dictionary.concept_dictionary import MODALITIES, ConceptDictionary
 from lace.dictionary.sparse_coding import encode
+from lace.edits.rebind import RebindPlan, binding_margin, plan_rebind
 from lace.edits.records import EDIT_KINDS, NO_EDIT, Counterfactuals, EditRecords
 from lace.edits.spec import EditSpec, parse_edit, parse_pair
 from lace.errors import LaceInputError, input_error
 
-ATTENUATE, SWAP, TRANSPLANT = range(3)
+ATTENUATE, SWAP, TRANSPLANT, REBIND = range(4)
+CODE_KINDS = 3  # the kinds that edit the sparse code; rebind comes after them
 TARGET_MODES = ("random", "hard")
 
 
@@ -66,6 +74,7 @@ class _Plan:
     step_size: Tensor  # (B, M)
     weights_before: tuple[Tensor, Tensor]  # source, target (B, M)
     weights_after: tuple[Tensor, Tensor]
+    rebind: RebindPlan | None = None
 
 
 class CounterfactualEditor:
@@ -78,6 +87,7 @@ class CounterfactualEditor:
     effect_check: keep only edits that pass the check. atom_level: edit single atoms.
     swap_min_gap: relative weight gap below which a swap is skipped.
     attenuate_margin: the readout drop (cosine) an attenuation must achieve.
+    bindings: compound directions for rebind (None: rebind proposes nothing).
     """
 
     def __init__(
@@ -95,6 +105,7 @@ class CounterfactualEditor:
         atom_level: bool = False,
         swap_min_gap: float = 0.1,
         attenuate_margin: float = 0.02,
+        bindings: BindingDirections | None = None,
     ):
         kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
         if not kinds or any(kind not in EDIT_KINDS for kind in kinds):
@@ -107,6 +118,8 @@ class CounterfactualEditor:
             raise input_error("CounterfactualEditor", "tau_use", "a value in [0, 1]", tau_use)
         if directions.directions.shape[1] != dictionary.atoms_.shape[1]:
             raise input_error("concept directions", "directions", f"dimension {dictionary.atoms_.shape[1]}", directions.directions.shape[1])
+        if bindings is not None and len(bindings) and bindings.dim != dictionary.atoms_.shape[1]:
+            raise input_error("binding directions", "directions", f"dimension {dictionary.atoms_.shape[1]}", bindings.dim)
         self.dictionary = dictionary
         self.labelling = labelling
         self.directions = directions
@@ -120,6 +133,7 @@ class CounterfactualEditor:
         self.atom_level = atom_level
         self.swap_min_gap = swap_min_gap
         self.attenuate_margin = attenuate_margin
+        self.bindings = bindings
         self.named_pair = None if target in TARGET_MODES else self._named_pair(target)
         self._buffers_by_device: dict[torch.device, dict[str, Tensor]] = {}
         self._cpu = self._build_buffers()
@@ -156,7 +170,20 @@ class CounterfactualEditor:
             & has_atoms.unsqueeze(1)
         )
         unit_directions = concept_directions[unit_concept]
+        rebind = {}
+        if self.bindings is not None and not self.atom_level:
+            compound_index, compound_table = self.bindings.compound_table(self.directions.names)
+            if compound_table.shape[0]:
+                kinds = self.directions.kinds
+                rebind = {
+                    "compound_index": compound_index,
+                    "compound_table": compound_table,
+                    "is_attribute": torch.tensor([kind == "attribute" for kind in kinds]),
+                    "is_object": torch.tensor([kind == "object" for kind in kinds]),
+                    "group_ids": self.directions.group_ids(),
+                }
         return {
+            **rebind,
             "atoms": atoms,
             "gram": atoms @ atoms.T,
             "mean_image": self.dictionary.mean_image_.float(),
@@ -178,6 +205,11 @@ class CounterfactualEditor:
     def _named_pair(self, text: str) -> tuple[int, int]:
         source, target = parse_pair(text, "target")
         return self._resolve_pair(source, target)
+
+    @property
+    def can_rebind(self) -> bool:
+        """True when the editor has compound directions for its concepts (rebind can propose)."""
+        return "compound_table" in self._cpu
 
     def _resolve_pair(self, source: str, target: str | None) -> tuple[int, int]:
         if self.atom_level:
@@ -237,13 +269,22 @@ class CounterfactualEditor:
 
     def apply(self, z: Tensor, modality: str, edit: EditSpec | str, control: str | None = None,
               generator: torch.Generator | None = None) -> Counterfactuals:
-        """One named edit ("transplant:sheep=zebra") on every embedding: M = 1.
+        """One named edit ("transplant:sheep=zebra", "rebind:red=blue") on every embedding: M = 1.
 
         The source need only be present (weight > 0), not strongly used; a transplant
-        target must be absent. control: None, "random" or "concept_arithmetic".
+        target must be absent. A rebind needs both attributes and two objects present and
+        exchanges the attributes between the objects they are bound to (the object pair
+        read most clearly as bound, when there are several). control: None, "random" or
+        "concept_arithmetic".
         """
         spec = parse_edit(edit) if isinstance(edit, str) else edit
         source, target = self._resolve_pair(spec.source, spec.target)
+        if spec.kind == "rebind":
+            if not self.can_rebind:
+                raise input_error("edit", "rebind", "binding directions (a dictionary folder with bindings.json, "
+                                  "concept-level edits)", spec.source + "=" + spec.target)
+            if self.directions.kinds[source] != "attribute":
+                raise input_error("edit", "rebind", "two attributes of the same group", f"{spec.source}, {spec.target}")
         plan = self._plan(z, modality, 1, generator, forced=(EDIT_KINDS.index(spec.kind), source, target))
         if control is None:
             step = plan.step
@@ -284,7 +325,7 @@ class CounterfactualEditor:
             batch, n_units = weights.shape
             shape = (batch, n_edits)
             keys = _uniform((3, batch, n_edits, n_units), generator, z.device)
-            kind_keys = _uniform((batch, n_edits, len(EDIT_KINDS)), generator, z.device)
+            kind_keys = _uniform((batch, n_edits, CODE_KINDS), generator, z.device)
 
             # a named pair (forced by `apply`, or the editor's target) fixes source and target;
             # `apply` asks only that the source be present, training asks that it be editable
@@ -320,11 +361,28 @@ class CounterfactualEditor:
             swap_ok = swap_candidates.any(-1) & (gap > self.swap_min_gap * torch.maximum(source_weight, swap_target_weight))
             feasible = torch.stack(
                 [has_source, has_source & swap_ok, has_source & inactive_candidates.any(-1)], dim=-1
-            ) & kind_enabled  # (B, M, 3)
+            )  # (B, M, 3)
+            # rebind draws its randomness after the code edits', so without it they are unchanged
+            rebind = None
+            rebind_enabled = forced[0] == REBIND if forced is not None else "rebind" in self.kinds
+            if rebind_enabled and self.can_rebind:
+                rebind = self._plan_rebind(centred, weights, editable, usable, named, n_edits, generator)
+            if rebind is None:
+                feasible = torch.cat([feasible, torch.zeros_like(feasible[..., :1])], dim=-1)
+                kind_keys = torch.cat([kind_keys, torch.zeros_like(kind_keys[..., :1])], dim=-1)
+            else:
+                feasible = torch.cat([feasible, rebind.proposed.unsqueeze(-1)], dim=-1)
+                kind_keys = torch.cat([kind_keys, _uniform((batch, n_edits, 1), generator, z.device)], dim=-1)
+            feasible = feasible & kind_enabled  # (B, M, 4)
             kind = _pick(feasible, kind_keys)
             proposed = feasible.any(-1)
             kind = torch.where(proposed, kind, torch.full_like(kind, NO_EDIT))
             target = torch.where(kind == SWAP, swap_target, torch.where(kind == TRANSPLANT, transplant_target, NO_EDIT))
+            if rebind is not None:
+                is_rebind = kind == REBIND
+                source = torch.where(is_rebind, rebind.attributes[..., 0], source)
+                target = torch.where(is_rebind, rebind.attributes[..., 1], target)
+                source_weight = weights.gather(1, source)
             target_weight = torch.where(target >= 0, weights.gather(1, target.clamp_min(0)), torch.zeros_like(source_weight))
 
             # a' - a = a * (source atoms * source_coef + target atoms * target_coef) + transplant mass
@@ -333,8 +391,9 @@ class CounterfactualEditor:
             source_coef = torch.where(kind == ATTENUATE, torch.full_like(source_weight, self.gamma - 1.0),
                                       torch.where(kind == SWAP, target_weight / safe_source - 1.0, -torch.ones_like(source_weight)))
             target_coef = torch.where(kind == SWAP, source_weight / safe_target - 1.0, torch.zeros_like(source_weight))
-            source_coef = source_coef * proposed
-            target_coef = target_coef * proposed
+            edits_code = proposed & (kind != REBIND)
+            source_coef = source_coef * edits_code
+            target_coef = target_coef * edits_code
             transplant_mass = torch.where(kind == TRANSPLANT, self.strength * source_weight, torch.zeros_like(source_weight))
             source_atoms = buffers["ownership_t"][source]  # (B, M, K)
             target_atoms = buffers["ownership_t"][target.clamp_min(0)] * (target >= 0).unsqueeze(-1)
@@ -342,9 +401,25 @@ class CounterfactualEditor:
             delta = delta + transplant_mass.unsqueeze(-1) * buffers["transplant_pattern"][target.clamp_min(0)]
             edited = codes.unsqueeze(1) + delta  # (B, M, K)
             step = delta @ buffers["atoms"]  # (B, M, d)
+            if rebind is not None:  # a rebind leaves the code as it is and moves along compound directions
+                step = torch.where((kind == REBIND).unsqueeze(-1), rebind.step, step)
             after = ((edited * source_atoms).sum(-1), (edited * target_atoms).sum(-1))
         return _Plan(centred, kind, source, target, proposed, step, step.norm(dim=-1),
-                     (source_weight, target_weight), after)
+                     (source_weight, target_weight), after, rebind)
+
+    def _plan_rebind(self, centred: Tensor, weights: Tensor, editable: Tensor, usable: Tensor,
+                     named: tuple[int, int] | None, n_edits: int,
+                     generator: torch.Generator | None) -> RebindPlan | None:
+        """Rebind proposals for every slot, or None when the named pair is not two attributes."""
+        buffers = self._buffers(centred.device)
+        if named is not None and any(self.directions.kinds[i] != "attribute" for i in named):
+            return None
+        draws = None if named is not None else _uniform((centred.shape[0], n_edits), generator, centred.device)
+        # the attributes are `usable` (present suffices for a named `apply`); the objects, which
+        # the editor picks itself, must be strongly used, so a stray small weight never takes part
+        return plan_rebind(centred, weights, usable & buffers["has_atoms"], editable, buffers["is_attribute"],
+                           buffers["is_object"], buffers["group_ids"], buffers["compound_index"],
+                           buffers["compound_table"], n_edits, self.strength, draws, named)
 
     # ---------------------------------------------------------- rebuild, check
     def _rebuild(self, z: Tensor, modality: str, step: Tensor) -> Tensor:
@@ -371,6 +446,9 @@ class CounterfactualEditor:
             transplanted = (target_after > target_before) & (source_after < source_before)
             swapped = (source_before - target_before) * (source_after - target_after) < 0
             passed = torch.where(plan.kind == ATTENUATE, attenuated, torch.where(plan.kind == SWAP, swapped, transplanted))
+            if plan.rebind is not None:
+                rebound = binding_margin(after, plan.rebind.compounds, buffers["compound_table"]) < 0
+                passed = torch.where(plan.kind == REBIND, rebound, passed)
         return passed & plan.proposed
 
     def _finish(self, z: Tensor, modality: str, plan: _Plan, step: Tensor) -> Counterfactuals:
@@ -386,8 +464,15 @@ class CounterfactualEditor:
             source_weight_before=plan.weights_before[0], source_weight_after=plan.weights_after[0],
             target_weight_before=plan.weights_before[1], target_weight_after=plan.weights_after[1],
             step_size=plan.step_size, proposed=plan.proposed, passed_check=passed,
+            objects=self._rebind_objects(plan),
         )
         return Counterfactuals(rebuilt, valid, records)
+
+    def _rebind_objects(self, plan: _Plan) -> Tensor | None:
+        if plan.rebind is None:
+            return None
+        is_rebind = (plan.kind == REBIND).unsqueeze(-1)
+        return torch.where(is_rebind, plan.rebind.objects, torch.full_like(plan.rebind.objects, NO_EDIT))
 
     # -------------------------------------------------------------- controls
     def _random_step(self, plan: _Plan, generator: torch.Generator | None) -> Tensor:
@@ -403,6 +488,8 @@ class CounterfactualEditor:
         sign = torch.where(plan.weights_before[0] >= plan.weights_before[1], 1.0, -1.0).unsqueeze(-1)
         direction = torch.where((plan.kind == ATTENUATE).unsqueeze(-1), -source_direction,
                                 torch.where((plan.kind == SWAP).unsqueeze(-1), sign * towards_target, towards_target))
+        # a rebind is made of concept (compound) directions already: its arithmetic twin is itself
+        direction = torch.where((plan.kind == REBIND).unsqueeze(-1), plan.step, direction)
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         return direction * plan.step_size.unsqueeze(-1)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-EDIT_KINDS = ("attenuate", "swap", "transplant")
+EDIT_KINDS = ("attenuate", "swap", "transplant", "rebind")
 NO_EDIT = -1
 
 
@@ -16,12 +16,15 @@ class EditRecords:
     """One entry per (embedding b, edit slot m); every field is a (B, M) tensor.
 
     kind: index into EDIT_KINDS, -1 where nothing could be proposed.
-    source, target: concept (or, atom-level, atom) edited; target -1 for attenuate.
+    source, target: concept (or, atom-level, atom) edited; target -1 for attenuate; for
+        rebind the two attributes (source read as bound to objects[..., 0] before).
     source_weight_before/after, target_weight_before/after: concept weights (sum of
-        owned atoms' codes) before and after the edit.
+        owned atoms' codes) before and after the edit (a rebind leaves them as they were).
     step_size: |(a' - a) D|, the length of the step added to c_hat.
     proposed: a feasible edit was found for the slot.
     passed_check: the rebuilt embedding passed the effect check.
+    objects: (B, M, 2) long, for rebind the objects the source and target attributes
+        were bound to (-1 for other kinds); None when the editor cannot rebind.
     """
 
     kind: Tensor
@@ -34,6 +37,7 @@ class EditRecords:
     step_size: Tensor
     proposed: Tensor
     passed_check: Tensor
+    objects: Tensor | None = None
 
     def replace(self, **changes: Tensor) -> EditRecords:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -43,7 +47,8 @@ class EditRecords:
     def to_dicts(self, unit_names: list[str], unit_atoms: list[list[int]] | None = None) -> list[dict]:
         """Flatten to one dict per (b, m) for reports; `unit_names[i]` names source/target i."""
         rows = []
-        columns = {f.name: getattr(self, f.name).detach().cpu().tolist() for f in fields(self)}
+        columns = {f.name: getattr(self, f.name).detach().cpu().tolist() for f in fields(self)
+                   if getattr(self, f.name) is not None}
         batch, slots = self.kind.shape
         for b in range(batch):
             for m in range(slots):
@@ -63,6 +68,8 @@ class EditRecords:
                     "proposed": bool(columns["proposed"][b][m]),
                     "passed_check": bool(columns["passed_check"][b][m]),
                 }
+                if "objects" in columns and kind == EDIT_KINDS.index("rebind"):
+                    record["objects"] = [unit_names[o] for o in columns["objects"][b][m]]
                 if unit_atoms is not None and kind >= 0:
                     atoms = list(unit_atoms[source])
                     if target >= 0:

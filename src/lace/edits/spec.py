@@ -1,4 +1,5 @@
-"""Named edits written as text: "transplant:sheep=zebra", "swap:red=blue", "attenuate:dog"."""
+"""Named edits written as text: "transplant:sheep=zebra", "swap:red=blue", "attenuate:dog",
+"rebind:red=blue" (red and blue trade the objects they are bound to)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class EditSpec:
 
 
 def parse_edit(text: str, where: str = "--edit") -> EditSpec:
-    """Parse "kind:source[=target]"; the target is required for swap and transplant."""
+    """Parse "kind:source[=target]"; the target is required for swap, transplant and rebind."""
     kind, separator, rest = text.partition(":")
     kind = kind.strip()
     if not separator or kind not in EDIT_KINDS:

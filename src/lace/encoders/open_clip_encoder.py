@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import open_clip
@@ -89,8 +90,13 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
             raise LaceInputError(
                 f"unknown pretrained tag {pretrained!r} for {model}: expected one of {tags} or a checkpoint path"
             )
-    clip, preprocess_train, preprocess = open_clip.create_model_and_transforms(
-        model, pretrained=pretrained, device=device
-    )
+    # open_clip warns that random initialisation loaded no weights; here that was asked for.
+    logging.disable(logging.WARNING if pretrained is None else logging.NOTSET)
+    try:
+        clip, preprocess_train, preprocess = open_clip.create_model_and_transforms(
+            model, pretrained=pretrained, device=device
+        )
+    finally:
+        logging.disable(logging.NOTSET)
     tokenizer = open_clip.get_tokenizer(model)
     return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer)

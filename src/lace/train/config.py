@@ -9,7 +9,9 @@ from lace.train.rule_negatives import KINDS as RULE_KINDS
 
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
-EDIT_KINDS = ("attenuate", "swap", "transplant")
+EDIT_KINDS = ("attenuate", "swap", "transplant", "rebind")
+# rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
+DEFAULT_EDIT_KINDS = ("attenuate", "swap", "transplant")
 MISSING_IMAGE_POLICIES = ("skip", "error")
 
 
@@ -69,8 +71,8 @@ class TrainConfig:
     """Text-only baseline: rule-made captions (NegCLIP style), encoded as text, are image->text negatives."""
     counterfactual_source: str = "dictionary"
     """How counterfactuals are made: dictionary (sparse-code edits) or concept_arithmetic (ablation)."""
-    edit_kinds: tuple[str, ...] = EDIT_KINDS
-    """Counterfactual edit kinds to draw from: attenuate, swap, transplant."""
+    edit_kinds: tuple[str, ...] = DEFAULT_EDIT_KINDS
+    """Counterfactual edit kinds to draw from: attenuate, swap, transplant, rebind (needs a dictionary with bindings)."""
     rule_negative_kinds: tuple[str, ...] = RULE_KINDS
     """Rule-made caption negative kinds: swap_attributes, swap_objects, replace_attribute, replace_object, replace_relation."""
     rule_negatives_per_caption: int = 1

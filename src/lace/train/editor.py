@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from lace.concepts.bindings import load_bindings
 from lace.concepts.directions import ConceptDirections, directions_from_templates
 from lace.concepts.labelling import AtomLabelling, label_atoms
 from lace.concepts.vocabulary import load_vocabulary
@@ -23,7 +24,7 @@ from lace.train.config import TrainConfig
 
 # Settings a refreshed editor keeps from the one it replaces.
 EDITOR_SETTINGS = ("kinds", "gamma", "strength", "target", "tau_use", "effect_check", "atom_level",
-                   "swap_min_gap", "attenuate_margin")
+                   "swap_min_gap", "attenuate_margin", "bindings")
 
 
 def build_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEditor:
@@ -58,7 +59,8 @@ def build_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEdi
         labelling = AtomLabelling.load(folder)
     else:
         labelling = label_atoms(dictionary, directions)
-    return CounterfactualEditor(dictionary, labelling, directions, kinds=config.edit_kinds)
+    # compound directions, when the folder has them, let the editor rebind
+    return CounterfactualEditor(dictionary, labelling, directions, kinds=config.edit_kinds, bindings=load_bindings(folder))
 
 
 def refresh_editor(editor: CounterfactualEditor, image_embeddings: torch.Tensor,
