@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lace.concepts.labelling import calibrate_tau_align, label_atoms
 from lace.concepts.vocabulary import load_vocabulary
 from lace.demo.config import DemoConfig
 from lace.demo.embed import embed_captions, embed_pixels
@@ -15,6 +16,7 @@ from lace.demo.world_data import world_split
 from lace.dictionary.build import (
     DictionaryFitConfig,
     LabelledDictionary,
+    binding_directions_for_store,
     concept_directions_for_store,
     fit_labelled_dictionary,
     save_labelled_dictionary,
@@ -28,6 +30,7 @@ from lace.train.rule_negatives import RuleNegatives
 
 ATOM_BAR_EDITS = ("attenuate:{colour}", "swap:{colour}={other_colour}", "transplant:{shape}={new_shape}")
 TRANSPLANTS = ("square=star", "red=blue")
+SCENES_TRIED = 100
 
 
 def fit_dictionary(
@@ -41,23 +44,33 @@ def fit_dictionary(
     fit_config = DictionaryFitConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary,
                                      epochs=4, batch_size=2048, seed=config.seed)
     labelled = fit_labelled_dictionary(images, texts, directions, fit_config)
+    # tau_align against isotropic random directions: random directions shaped by the data's
+    # covariance (the library default) are themselves mixtures of the few concepts that
+    # span a tiny model's space, which left most concepts of the world without an atom.
+    data_covariance_tau = labelled.labelling.tau_align
+    isotropic = torch.randn(5000, images.shape[1], generator=torch.Generator().manual_seed(config.seed))
+    tau_align = calibrate_tau_align(labelled.dictionary.atoms_, isotropic, len(directions), seed=config.seed)
+    labelled.labelling = label_atoms(labelled.dictionary, directions, images, texts, tau_align=tau_align, seed=config.seed)
+    labelled.bindings = binding_directions_for_store(vocabulary, captions, texts.numpy(), log=lambda _: None)
     save_labelled_dictionary(labelled, out)
     labelling = labelled.labelling
     aligned = labelling.atom_alignment >= labelling.tau_align
     summary = {
         "quality": labelled.dictionary.quality_,
         "tau_align": float(labelling.tau_align),
+        "tau_align_data_covariance": float(data_covariance_tau),
         "aligned_atoms": int(aligned.sum()),
         "atoms": int(labelling.atom_alignment.shape[0]),
         "concepts_with_aligned_atom": int(torch.unique(labelling.atom_concept[aligned]).numel()),
         "concepts": len(directions),
         "mean_alignment": float(labelling.atom_alignment.mean()),
+        "binding_compounds": 0 if labelled.bindings is None else len(labelled.bindings),
     }
     return labelled, summary
 
 
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
-    options = dict(kinds=config.edit_kinds, strength=config.transplant_strength)
+    options = dict(kinds=config.edit_kinds, strength=config.transplant_strength, bindings=labelled.bindings)
     options.update(overrides)
     return CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, **options)
 
@@ -86,21 +99,23 @@ def atom_bar_figure(
     scenes = load_scenes(world_dir, "val")
     shapes = tuple(c.name for c in load_vocabulary(str(world_dir / "vocabulary.yaml")).of_kind("object"))
     owned = owned_concepts(labelled)
-    found = ((row, _scene_edits(scenes[record.image_path.stem], shapes, owned))
-             for row, record in enumerate(dataset.records))
-    row, edits = next(((row, edits) for row, edits in found if edits), (None, None))
-    if row is None:
-        return {"skipped": f"no validation scene whose colours and shapes all own aligned atoms ({len(owned)} concepts do)"}
-    z = embed_pixels(encoder, encoder.preprocess(dataset.load_image(row))[None])
     editor = make_editor(labelled, config, effect_check=False)
     dictionary = labelled.dictionary
+    for row, record in enumerate(dataset.records[:SCENES_TRIED]):
+        edits = _scene_edits(scenes[record.image_path.stem], shapes, owned)
+        if edits is None:
+            continue
+        z = embed_pixels(encoder, encoder.preprocess(dataset.load_image(row))[None])
+        results = [editor.apply(z, "image", edit) for edit in edits]
+        if all(bool(result.valid[0, 0]) for result in results):
+            break
+    else:
+        return {"skipped": f"none of the first {SCENES_TRIED} validation images admits all three edits"}
     panels = [("original", dictionary.transform(z, "image", dense=True)[0].numpy())]
     records = []
-    for edit in edits:
-        result = editor.apply(z, "image", edit)
+    for edit, result in zip(edits, results):
         panels.append((edit, dictionary.transform(result.embeddings[:, 0], "image", dense=True)[0].numpy()))
-        records.append({"edit": edit, "valid": bool(result.valid[0, 0]),
-                        "cosine_to_original": float((result.embeddings[0, 0] * z[0]).sum())})
+        records.append({"edit": edit, "cosine_to_original": float((result.embeddings[0, 0] * z[0]).sum())})
     names = labelled.directions.names
     atom_names = [names[c] for c in labelled.labelling.atom_concept.tolist()]
     caption = dataset.records[row].captions[0]

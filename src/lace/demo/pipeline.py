@@ -15,7 +15,7 @@ import torch
 
 from lace.config import config_to_dict
 from lace.data.world import WorldConfig, generate_world
-from lace.demo.config import CLIP_SUGARCREPE, VARIANTS, DemoConfig
+from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, VARIANTS, DemoConfig
 from lace.demo.dictionary_stage import atom_bar_figure, edit_retrieval_stage, fit_dictionary, make_editor
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
@@ -29,13 +29,14 @@ from lace.train import TrainConfig, export_run, train
 
 def world_config(config: DemoConfig) -> WorldConfig:
     return WorldConfig(n_images=config.world_images, seed=config.seed, image_size=config.image_size,
-                       benchmark_items_per_family=1, png_compression=1)
+                       benchmark_items_per_family=1, png_compression=1, **CALIBRATED_WORLD)
 
 
 def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     runner = StageRunner(out, log)
     world = world_config(config)
@@ -50,7 +51,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     encoder = load_encoder(config.model, str(base_path))
 
     dictionary_dir = out / "dictionary"
-    dictionary_key = stage_key(base_key, config.atoms, config.sparsity)
+    dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
     figures_dir = out / "figures"
     dictionary = runner.run("dictionary", dictionary_key,
                             lambda: _dictionary(config, encoder, world_dir, vocabulary, dictionary_dir, figures_dir))
@@ -60,20 +61,23 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
         labelled, encoder, world_dir, vocabulary, config, figures_dir / "edit_retrieval_grid.png"))
     editor = make_editor(labelled, config)
 
-    evaluations = {"base": runner.run("eval base", stage_key(base_key, "eval", 2), lambda: evaluate_on_world(
+    # Evaluations measure counterfactual brittleness with the editor: their keys include the dictionary's.
+    evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
         encoder, "base", world_dir, vocabulary, editor, config.n_edits, config.seed))}
-    finetune_key = stage_key(dictionary_key, config.finetune_steps, config.finetune_lr, config.n_edits,
-                             config.counterfactual_weight, config.edit_kinds, config.transplant_strength,
-                             config.refresh_dictionary_every)
+    finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
+    lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config.edit_kinds,
+                         config.transplant_strength, config.refresh_dictionary_every)
     for variant in config.variants:
+        switches = VARIANTS[variant]
+        uses_edits = switches.get("counterfactual_captions") or switches.get("counterfactual_images")
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
-            key = stage_key(finetune_key, variant, seed)
+            key = stage_key(finetune_key, switches, seed, lace_key if uses_edits else None)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
             runner.run(f"finetune {name}", key, lambda: _finetune(
                 config, variant, seed, world_dir, out, base_path, model_path, labelled, vocabulary))
             model = load_encoder(config.model, str(model_path))
-            evaluations[name] = runner.run(f"eval {name}", stage_key(key, "eval", 2), lambda: evaluate_on_world(
+            evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), lambda: evaluate_on_world(
                 model, name, world_dir, vocabulary, editor, config.n_edits, config.seed))
 
     summary = {
@@ -131,16 +135,17 @@ def _dictionary(config: DemoConfig, encoder, world_dir: Path, vocabulary: str, o
 
 def _finetune(config: DemoConfig, variant: str, seed: int, world_dir: Path, out: Path, base_path: Path,
               model_path: Path, labelled, vocabulary: str) -> dict:
-    captions_on, images_on, rules_on = VARIANTS[variant]
+    switches = {"edit_kinds": config.edit_kinds, **VARIANTS[variant]}
     encoder = load_encoder(config.model, str(base_path))
     pairs = world_pairs(world_dir, "train", "coco", encoder)
     train_config = _train_config(
         config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
-        lr=config.finetune_lr, seed=seed, counterfactual_captions=captions_on, counterfactual_images=images_on,
-        caption_negatives=rules_on, vocabulary=vocabulary, n_edits=config.n_edits, edit_kinds=config.edit_kinds,
+        lr=config.finetune_lr, seed=seed, vocabulary=vocabulary, n_edits=config.n_edits,
         counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
+        **switches,
     )
-    editor = make_editor(labelled, config) if (captions_on or images_on) else None
+    uses_edits = train_config.counterfactual_captions or train_config.counterfactual_images
+    editor = make_editor(labelled, config, kinds=train_config.edit_kinds) if uses_edits else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, model_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}

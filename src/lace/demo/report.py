@@ -187,12 +187,20 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
         for m in ("image", "text") if m in quality]))
     report.paragraph(
         f"{dictionary['aligned_atoms']} of {dictionary['atoms']} atoms are aligned (cosine >= tau_align = "
-        f"{dictionary['tau_align']:.3f}, calibrated against random directions of the data) with "
-        f"{dictionary['concepts_with_aligned_atom']} of {dictionary['concepts']} concepts."
+        f"{dictionary['tau_align']:.3f}, the 95th percentile of the best cosine atoms reach with as many "
+        f"isotropic random directions as there are concepts) with {dictionary['concepts_with_aligned_atom']} of "
+        f"{dictionary['concepts']} concepts. Random directions shaped by the data's covariance would have asked for "
+        f"{dictionary['tau_align_data_covariance']:.3f}. Binding directions: {dictionary['binding_compounds']} "
+        "attribute-object compounds."
     )
-    if (figures / "atom_bars.png").is_file():
-        report.figure("figures/atom_bars.png", f"active atoms of one validation image, before and after each edit: "
-                      f"{dictionary['atom_bars']['caption']}")
+    atom_bars = dictionary["atom_bars"]
+    if "skipped" in atom_bars:
+        report.bullets([f"atom bar chart skipped: {atom_bars['skipped']}"])
+    else:
+        report.figure("figures/atom_bars.png", "active atoms of one validation image, before and after each edit: "
+                      f"{atom_bars['caption']}")
+        report.table(Table(["edit", "cosine to the original embedding"],
+                           [[e["edit"], e["cosine_to_original"]] for e in atom_bars["edits"]]))
     edits = summary["edit_retrieval"]
     report.heading("Edit retrieval (test images)")
     rows = [[pair, f["transplant/target"], f["random/target"], f["arithmetic/target"], f.get("transplant/keep"),

@@ -1,0 +1,88 @@
+"""A reduced demo end to end: every table and plot present, every number from results.json."""
+
+import json
+import re
+
+import pytest
+
+from lace.demo import DemoConfig, run_demo
+from lace.demo.report import claims
+
+TINY = DemoConfig(world_images=240, base_steps=6, finetune_steps=3, batch_size=16, atoms=16, sparsity=3,
+                  n_edits=2, progress=False)
+
+
+def _numbers(value, found: set[str]) -> set[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            _numbers(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _numbers(item, found)
+    elif isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        found.add(str(value))
+    elif isinstance(value, float):
+        found.update({f"{value:.3f}", f"{value:.1f}"})
+    return found
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    summary = run_demo(TINY, out, log=lambda _: None)
+    return out, summary
+
+
+def test_report_has_every_table_and_plot(demo):
+    out, summary = demo
+    report = (out / "report.md").read_text()
+    for heading in ("Summary", "What improved and what did not", "Calibration of the base", "Binding, in-distribution test",
+                    "Binding, compositional test", "Retrieval and geometry", "The concept dictionary",
+                    "Edit retrieval", "Wall time per stage", "Configuration and seeds"):
+        assert f"## {heading}" in report, heading
+    for figure in ("figures/ablation.png", "figures/nk_histograms.png"):
+        assert f"]({figure})" in report and (out / figure).stat().st_size > 1000
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 2
+    for variant in ("base", "plain", "caption negatives", "LACE", "LACE + caption negatives"):
+        assert f"| {variant} |" in report
+    assert set(summary["evaluations"]) == {"base", "plain seed 0", "caption negatives seed 0", "LACE seed 0",
+                                           "LACE + caption negatives seed 0"}
+
+
+def test_every_number_in_the_report_tables_comes_from_results(demo):
+    out, _ = demo
+    results = json.loads((out / "results.json").read_text())
+    known = _numbers(results, set())
+    cells = []
+    for line in (out / "report.md").read_text().splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            cells += [cell.strip() for cell in line.strip("|").split("|")]
+    numeric = [cell for cell in cells if re.fullmatch(r"-?\d+(\.\d+)?", cell)]
+    assert len(numeric) > 50
+    assert [cell for cell in numeric if cell not in known] == []
+
+
+def test_claims_are_checked_against_the_numbers(demo):
+    _, summary = demo
+    rules = {"by >= 15 points": lambda d: d >= 0.15, "within 2 points": lambda d: d >= -0.02,
+             "lowers": lambda d: d < 0, "beats caption negatives": lambda d: d > 0}
+    checked = 0
+    for text, held, evidence in claims(summary["evaluations"]):
+        left, right = map(float, re.findall(r"(-?\d+\.\d{3}) vs [^0-9-]*(-?\d+\.\d{3})", evidence)[0])
+        rule = next(rule for key, rule in rules.items() if key in text)
+        # the evidence is rounded to 3 digits; skip differences too close to the threshold to tell
+        if abs((left - right) - {"by >= 15 points": 0.15, "within 2 points": -0.02}.get(
+                next(k for k in rules if k in text), 0.0)) > 0.002:
+            assert held == rule(left - right), text
+            checked += 1
+    assert checked >= 3
+
+
+def test_rerun_reuses_every_stage(demo):
+    out, summary = demo
+    again = run_demo(TINY, out, log=lambda _: None)
+    assert all(again["reused"].values())
+    assert again["evaluations"] == json.loads(json.dumps(summary["evaluations"]))
