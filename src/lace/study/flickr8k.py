@@ -1,0 +1,235 @@
+"""`run_flickr8k_study`: LACE measured on real photographs (Flickr8k, locked towers).
+
+Stages, each cached under `<out>/stages/` (a rerun reuses what its inputs still match):
+features (one-time tower pass) -> base heads chosen on validation -> concept dictionary
+-> geometry and brittleness of the base -> edit retrieval -> fine-tunes from the base
+(plain, rule-made caption negatives, LACE and its one-sided variants) over seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lace.concepts.vocabulary import load_vocabulary
+from lace.data.flickr8k import read_flickr8k
+from lace.demo.stages import StageRunner, stage_key
+from lace.dictionary.build import load_labelled_dictionary
+from lace.edits import CounterfactualEditor
+from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
+from lace.errors import LaceInputError
+from lace.eval.metrics import retrieval_recall
+from lace.io import atomic_write_json, prepare_output_dir
+from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
+from lace.study.config import VARIANTS, HeadsTraining, StudyConfig, heads_from
+from lace.study.features import (
+    SplitFeatures,
+    TextFeatureBank,
+    dataset_features,
+    rule_negative_captions,
+)
+from lace.study.heads import (
+    CaptionNegatives,
+    Switches,
+    embed_split,
+    fresh_heads,
+    load_heads,
+    save_heads,
+    train_heads,
+)
+from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
+from lace.study.report import write_study_report
+from lace.study.transplants import transplant_retrieval
+from lace.train.rule_negatives import RuleNegatives
+
+MARKER = "study.json"
+
+
+def prepare_study_folder(out: str | Path, overwrite: bool) -> Path:
+    """A fresh folder, or an earlier study's folder to resume in; anything else is refused."""
+    out = Path(out)
+    if overwrite or not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return prepare_output_dir(out, overwrite)
+    if not (out / MARKER).is_file():
+        raise LaceInputError(f"{out}: output folder is not empty and holds no earlier study ({MARKER}); "
+                             "pass --overwrite to replace it")
+    return out
+
+
+def rule_made_texts(rules: RuleNegatives, train_captions: list[str], test: SplitFeatures, config: StudyConfig):
+    """Every rule-made caption the study encodes: one negative per training caption (texts,
+    (N,) valid), the SugarCrepe-style test items, the rule-brittleness edits, and all of
+    them as one list for the text tower (a fixed order, so its cache is found again)."""
+    negative_texts, negative_valid = rule_negative_captions(rules, train_captions)
+    items = sugarcrepe_style_items(rules, test.captions, test.caption_image_index, config.items_per_kind)
+    brittle_texts = rule_brittleness_texts(rules, test, config.rule_brittleness_captions)
+    bank_texts = [t for t, ok in zip(negative_texts, negative_valid) if ok]
+    bank_texts += [item["negative_caption"] for item in items] + brittle_texts
+    return negative_texts, negative_valid, items, brittle_texts, bank_texts
+
+
+def _settings_dict(settings: HeadsTraining) -> dict:
+    return dataclasses.asdict(settings)
+
+
+def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
+    """Run (or resume) the study; write results.json, report.md and report.html into `config.out`."""
+    config.validate()
+    study_started = time.perf_counter()
+    out = prepare_study_folder(config.out, overwrite=False)
+    atomic_write_json(out / MARKER, {"study": "flickr8k", "data": str(config.data)})
+    runner = StageRunner(out, log=log)
+    cache_dir = Path(config.feature_cache) if config.feature_cache else out / "features"
+    wall: dict[str, float] = {}
+
+    # 1. features --------------------------------------------------------------------
+    started = time.perf_counter()
+    dataset = read_flickr8k(config.data)
+    encoder = TowersDualEncoder(TowersConfig())
+    splits, throughput = dataset_features(encoder, dataset, cache_dir, config.image_batch_size,
+                                          config.num_workers, config.progress)
+    train, val, test = splits["train"], splits["val"], splits["test"]
+    wall["features"] = time.perf_counter() - started
+    data_key = stage_key(str(config.data), {n: (len(s.image_paths), len(s.captions)) for n, s in splits.items()},
+                         test.captions[:5], train.captions[:5])
+
+    vocabulary = load_vocabulary(config.vocabulary)
+    rules = RuleNegatives(vocabulary)
+    started = time.perf_counter()
+    negative_texts, negative_valid, items, brittle_texts, bank_texts = rule_made_texts(rules, train.captions, test, config)
+    bank = TextFeatureBank(encoder, bank_texts, cache_dir, progress=config.progress)
+    bank_rows = [bank.row[t] if ok else 0 for t, ok in zip(negative_texts, negative_valid)]
+    caption_negatives = CaptionNegatives(features=bank.features[bank_rows], valid=torch.from_numpy(negative_valid))
+    wall["rule-made captions"] = time.perf_counter() - started
+
+    # 2. base heads, chosen on validation ---------------------------------------------
+    base_key = stage_key(data_key, [_settings_dict(s) for s in config.base_grid])
+    base_path = out / "models" / "base.safetensors"
+
+    def base_stage() -> dict:
+        rows, best, best_score = [], -1, -1.0
+        for i, settings in enumerate(config.base_grid):
+            fresh_heads(encoder, settings, seed=0)
+            summary = train_heads(encoder, train, settings, seed=0)
+            images, texts = embed_split(encoder, val)
+            recall = retrieval_recall(images, texts, val.caption_image_index)
+            score = 0.5 * (recall["i2t/R@1"] + recall["t2i/R@1"])
+            rows.append({"settings": _settings_dict(settings), "train": summary, "val": recall, "val_mean_R@1": score})
+            log(f"  base candidate {i}: val mean R@1 {score:.3f} ({summary['seconds']:.1f}s)")
+            if score > best_score:
+                best, best_score = i, score
+                save_heads(encoder, base_path)
+        load_heads(encoder, base_path)
+        return {"grid": rows, "chosen": best, "checkpoint": str(base_path.relative_to(out))}
+
+    base = runner.run("base", base_key, base_stage)
+    base_settings = HeadsTraining(**base["grid"][base["chosen"]]["settings"])
+    load_heads(encoder, out / base["checkpoint"])
+    train_images, train_texts = embed_split(encoder, train)
+    test_images, test_texts = embed_split(encoder, test)
+
+    # 4. dictionary (fitted before the geometry stage, which uses it for counterfactual brittleness)
+    dictionary_key = stage_key(base_key, config.vocabulary, config.atoms, config.sparsity, config.dictionary_seconds,
+                               config.tau_align)
+    dictionary_folder = out / "models" / "dictionary"
+
+    def dictionary_stage() -> dict:
+        labelled = fit_dictionary(train_images, train_texts, train, config.vocabulary, config.atoms, config.sparsity,
+                                  config.dictionary_seconds, dictionary_folder, config.tau_align, config.progress, log)
+        figures = alignment_figures(labelled)
+        figures["examples"] = top_examples(labelled, test_images, test_texts, test, rules, figures,
+                                           config.concepts_shown)
+        return figures
+
+    dictionary = runner.run("dictionary", dictionary_key, dictionary_stage)
+    labelled = load_labelled_dictionary(dictionary_folder)
+    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions)
+
+    def measure() -> dict:
+        return measure_model(encoder, test, bank, rules, items, editor, config.n_edits,
+                             config.rule_brittleness_captions, config.neighbours)
+
+    # 3. geometry and brittleness of the base ---------------------------------------------
+    measure_key = stage_key(dictionary_key, config.n_edits, config.rule_brittleness_captions, config.items_per_kind,
+                            config.neighbours)
+    base_figures = runner.run("base-geometry", measure_key, measure)
+
+    # 5. edit retrieval --------------------------------------------------------------------
+    transplants = runner.run(
+        "edit-retrieval", stage_key(dictionary_key, config.transplants, config.strengths, config.neighbours),
+        lambda: {"rows": transplant_retrieval(labelled, test_images, test, rules, config.transplants,
+                                              config.strengths, config.neighbours)})
+
+    # 6. fine-tunes from the base -------------------------------------------------------------
+    settings = heads_from(base_settings, config.finetune)
+    finetunes: dict[str, list[dict]] = {}
+    for variant in config.variants:
+        switches = Switches(**VARIANTS[variant])
+        for seed in range(config.seeds):
+            def finetune_stage(switches=switches, seed=seed) -> dict:
+                load_heads(encoder, out / base["checkpoint"])
+                summary = train_heads(encoder, train, settings, seed, switches, editor, config.n_edits, caption_negatives)
+                return {"train": summary, "figures": measure()}
+
+            name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
+            result = runner.run(name, stage_key(measure_key, _settings_dict(settings), variant, seed), finetune_stage)
+            finetunes.setdefault(variant, []).append(result)
+    load_heads(encoder, out / base["checkpoint"])
+
+    wall.update(runner.wall_times)
+    results = {
+        "config": dataclasses.asdict(config),
+        "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
+        "throughput": throughput,
+        "bank": {"texts": len(bank), "train_negatives": int(negative_valid.sum()), "items": len(items),
+                 "rule_brittleness_texts": len(brittle_texts)},
+        "base": base,
+        "base_settings": _settings_dict(base_settings),
+        "finetune_settings": _settings_dict(settings),
+        "base_figures": base_figures,
+        "dictionary": dictionary,
+        "edit_retrieval": transplants,
+        "finetunes": finetunes,
+        "summary": summarise(finetunes, base_figures),
+        "wall_seconds": wall,
+        "reused_stages": runner.reused,
+        "total_seconds": time.perf_counter() - study_started,
+    }
+    atomic_write_json(out / "results.json", results)
+    write_study_report(results, out)
+    return results
+
+
+SUMMARY_METRICS = (
+    "i2t/R@1", "i2t/R@5", "i2t/R@10", "t2i/R@1", "t2i/R@5", "t2i/R@10",
+    "hubness/i2t/skewness", "hubness/t2i/skewness", "hubness/i2t/hub_occupancy", "hubness/t2i/hub_occupancy",
+    "hubness/i2t/antihub_rate", "hubness/i2t/robin_hood", "one_way/image", "one_way/text",
+    "mutual_knn/image", "mutual_knn/text", "brittleness/rule/all", "brittleness/counterfactual/all",
+    "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel",
+    "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "sugarcrepe_style/mean",
+)
+
+
+def summarise(finetunes: dict[str, list[dict]], base_figures: dict) -> dict:
+    """Mean and standard deviation over seeds of each summary metric, per variant (and the base)."""
+    summary = {"base": {m: {"mean": _finite(base_figures.get(m)), "std": 0.0, "n": 1} for m in SUMMARY_METRICS}}
+    for variant, runs in finetunes.items():
+        summary[variant] = {}
+        for metric in SUMMARY_METRICS:
+            values = np.array([run["figures"].get(metric) for run in runs], dtype=float)
+            values = values[np.isfinite(values)]
+            summary[variant][metric] = {
+                "mean": float(values.mean()) if values.size else None,
+                "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
+                "n": int(values.size),
+            }
+        summary[variant]["train_seconds"] = float(np.mean([run["train"]["seconds"] for run in runs]))
+    return summary
+
+
+def _finite(value):
+    return value if isinstance(value, (int, float)) and np.isfinite(value) else None

@@ -1,0 +1,117 @@
+"""Everything measured on one model's test embeddings: retrieval, geometry, brittleness
+and SugarCrepe-style items made from the test captions by the rule editor.
+
+Rule-made captions are encoded by the locked text tower once (`TextFeatureBank`); each
+model then only runs its text head on them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from lace.encoders.towers.model import TowersDualEncoder
+from lace.eval.brittleness import counterfactual_brittleness, rule_edit_brittleness
+from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
+from lace.eval.hubness import k_occurrence
+from lace.eval.metrics import pairwise_accuracy
+from lace.eval.neighbours import cross_neighbours
+from lace.study.features import (
+    BankTextEncoder,
+    RecordingTextEncoder,
+    SplitFeatures,
+    TextFeatureBank,
+)
+from lace.study.heads import embed_split
+from lace.train.rule_negatives import RuleNegatives
+
+# SugarCrepe's file names for the rule kinds that have a counterpart there (it also has
+# add_att / add_obj, which a replace-or-swap rule editor cannot make).
+SUGARCREPE_KINDS = {
+    "replace_att": "replace_attribute", "replace_obj": "replace_object", "replace_rel": "replace_relation",
+    "swap_att": "swap_attributes", "swap_obj": "swap_objects",
+}
+
+
+def sugarcrepe_style_items(
+    rules: RuleNegatives, captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int, seed: int = 0,
+) -> list[dict]:
+    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per SugarCrepe kind.
+
+    For every caption the kind applies to, one negative is drawn (rng seeded by kind
+    and row); at most `per_kind` items per kind are kept (seeded sample, caption order).
+    """
+    items = []
+    for name, kind in SUGARCREPE_KINDS.items():
+        found = []
+        for row, caption in enumerate(captions):
+            negative = rules.make(caption, kind, random.Random(f"{seed}-{name}-{row}"))
+            if negative is not None and negative != caption:
+                found.append({"kind": name, "image": int(caption_image_index[row]), "caption": caption,
+                              "caption_row": row, "negative_caption": negative})
+        if len(found) > per_kind:
+            keep = sorted(random.Random(f"{seed}-{name}").sample(range(len(found)), per_kind))
+            found = [found[i] for i in keep]
+        items.extend(found)
+    return items
+
+
+def rule_brittleness_texts(rules: RuleNegatives, test: SplitFeatures, max_captions: int, seed: int = 0) -> list[str]:
+    """The edited captions `rule_edit_brittleness` will encode for `test` (its draws are seeded)."""
+    recorder = RecordingTextEncoder(embed_dim=8)
+    rule_edit_brittleness(recorder, torch.zeros(len(test.image_paths), 8), test.captions,
+                          torch.zeros(len(test.captions), 8), test.caption_image_index, rules,
+                          max_captions=max_captions, seed=seed)
+    return recorder.texts
+
+
+def score_items(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, negative_embeddings: torch.Tensor,
+                items: Sequence[dict]) -> dict[str, float]:
+    """Image->text accuracy per kind: s(image, caption) > s(image, negative); and the macro mean."""
+    if not items:
+        return {}
+    images = image_embeddings[[item["image"] for item in items]]
+    true = (images * text_embeddings[[item["caption_row"] for item in items]]).sum(-1)
+    false = (images * negative_embeddings).sum(-1)
+    kinds = np.array([item["kind"] for item in items])
+    figures = {}
+    for kind in SUGARCREPE_KINDS:
+        mask = torch.from_numpy(kinds == kind)
+        if mask.any():
+            figures[kind] = pairwise_accuracy(true[mask], false[mask])
+    figures["mean"] = float(np.mean(list(figures.values())))
+    return figures
+
+
+@torch.no_grad()
+def measure_model(
+    encoder: TowersDualEncoder,
+    test: SplitFeatures,
+    bank: TextFeatureBank,
+    rules: RuleNegatives,
+    items: Sequence[dict],
+    editor=None,
+    n_edits: int = 4,
+    rule_captions: int = 1000,
+    k: int = 10,
+) -> dict:
+    """Figures of one model on `test`; flat names as `lace eval` writes them, plus
+    `sugarcrepe_style/<kind>` and `nk/{i2t,t2i}` (the N_k of every gallery item)."""
+    images, texts = embed_split(encoder, test)
+    figures: dict = dict(geometry_diagnostics(images, texts, test.caption_image_index, GeometryOptions(k=k)))
+    rule = rule_edit_brittleness(BankTextEncoder(encoder, bank), images, test.captions, texts,
+                                 test.caption_image_index, rules, max_captions=rule_captions, seed=0)
+    figures.update({f"brittleness/{name}": value for name, value in rule.items()})
+    if editor is not None:
+        counterfactual = counterfactual_brittleness(editor, images, texts, test.caption_image_index, n_edits=n_edits)
+        figures.update({f"brittleness/{name}": value for name, value in counterfactual.items()})
+    negatives = encoder.head_text(bank.lookup([item["negative_caption"] for item in items])) if items else None
+    figures.update({f"sugarcrepe_style/{name}": value
+                    for name, value in score_items(images, texts, negatives, items).items()})
+    forward, backward = cross_neighbours(images, texts, k)
+    figures["nk/i2t"] = k_occurrence(forward.indices, texts.shape[0], k).tolist()
+    figures["nk/t2i"] = k_occurrence(backward.indices, images.shape[0], k).tolist()
+    return figures
