@@ -68,12 +68,18 @@ def read_safetensors(path: str | os.PathLike) -> dict:
     return load_file(str(path))
 
 
-def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
+def prepare_output_dir(
+    path: str | os.PathLike, overwrite: bool = False, inputs: tuple[str | os.PathLike, ...] = ()
+) -> Path:
     """Create `path` as an output folder; refuse a non-empty one unless `overwrite`.
 
-    With `overwrite` the old contents are removed only when the folder exists.
+    With `overwrite` the old contents are removed only when the folder exists, and never
+    when one of `inputs` (the files or folders the command reads) lies inside it.
     """
     path = Path(path)
+    for source in inputs:
+        if Path(source).resolve().is_relative_to(path.resolve()):
+            raise LaceInputError(f"{path}: the output folder holds the input {source}; choose another output folder")
     if path.exists() and not path.is_dir():
         raise LaceInputError(f"{path}: expected an output folder, found a file")
     if path.is_dir() and any(path.iterdir()):
@@ -81,6 +87,19 @@ def prepare_output_dir(path: str | os.PathLike, overwrite: bool = False) -> Path
             raise LaceInputError(
                 f"{path}: output folder is not empty; pass --overwrite to replace it"
             )
+        _refuse_to_clear(path)
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _refuse_to_clear(path: Path) -> None:
+    """Refuse to empty the working folder, one above it, the home folder or a filesystem root:
+    a mistyped output path with --overwrite would otherwise delete far more than a run."""
+    resolved = path.resolve()
+    protected = {Path.home().resolve(), Path(resolved.anchor)}
+    if resolved in protected or Path.cwd().resolve().is_relative_to(resolved):
+        raise LaceInputError(
+            f"{path}: refusing to overwrite this folder (it is the working folder, holds it, or is the home "
+            "or root folder); give a dedicated output folder"
+        )

@@ -70,7 +70,7 @@ def add_parser(subparsers) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     config = config_from_args(DictionaryFitConfig, args)
     store = EmbeddingStore.open(args.embeddings)
-    out = prepare_output_dir(args.out, overwrite=args.overwrite)
+    out = prepare_output_dir(args.out, overwrite=args.overwrite, inputs=(args.embeddings,))
     encode_texts = None
     if args.model:
         from lace.encoders import load_encoder

@@ -55,7 +55,8 @@ def _sha256(path: Path) -> str:
 
 def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], state: dict,
                     keep: int = 0) -> Path:
-    """Write checkpoint `step`, point `latest` at it, then prune beyond the `keep` newest (0: keep all)."""
+    """Write checkpoint `step`, point `latest` at it, then keep only the `keep` newest up to `step`
+    (0: keep all); checkpoints of later steps are left alone."""
     folder = Path(run_dir) / CHECKPOINT_DIR
     folder.mkdir(parents=True, exist_ok=True)
     name = checkpoint_name(step)
@@ -76,7 +77,10 @@ def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], 
     atomic_write_json(manifest_path, manifest)
     atomic_write_text(folder / LATEST, name + "\n")
     if keep > 0:
-        for old in complete_checkpoints(run_dir)[:-keep]:
+        # Only checkpoints up to this one count: after resuming from an earlier step, later
+        # ones (of the abandoned run) must not push the one just written out of the window.
+        up_to_now = [m for m in complete_checkpoints(run_dir) if int(NAME.match(m.stem).group(1)) <= step]
+        for old in up_to_now[:-keep]:
             for suffix in (".json", ".safetensors", ".state.pt"):  # manifest first: never a manifest without files
                 (folder / f"{old.stem}{suffix}").unlink(missing_ok=True)
     return manifest_path

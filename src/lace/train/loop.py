@@ -417,5 +417,14 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+    kept = [line for line in lines if (record := _metrics_record(line)) is not None and record.get("step", 0) <= step]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _metrics_record(line: str) -> dict | None:
+    """A metrics line as a dict; None for a blank line or one cut short by a process killed mid-append."""
+    try:
+        record = json.loads(line) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
