@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV_ROOT ?= $(HOME)/.cache/lace/venvs
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-DEPS_HASH := $(shell (cat pyproject.toml; echo $(TORCH_PINS)) | sha256sum | cut -c1-12)
+# The key is the dependency list itself, so editing other parts of pyproject.toml reuses the environment.
+DEPS_HASH := $(shell ($(PYTHON) scripts/list_deps.py pyproject.toml dev hf towers; echo $(TORCH_PINS)) | sha256sum | cut -c1-12)
 VENV := $(VENV_ROOT)/$(DEPS_HASH)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

@@ -24,7 +24,7 @@ from lace.demo.world_data import world_pairs
 from lace.dictionary.build import load_labelled_dictionary
 from lace.encoders import load_encoder
 from lace.io import atomic_write_json
-from lace.train import TrainConfig, export_run, train
+from lace.train import TensorPairs, TrainConfig, export_run, train
 
 
 def world_config(config: DemoConfig) -> WorldConfig:
@@ -36,7 +36,8 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(config.threads)
+    if config.threads:
+        torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     runner = StageRunner(out, log)
     world = world_config(config)
@@ -44,17 +45,26 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     world_key = stage_key(config_to_dict(world))
     runner.run("world", world_key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
+    pixel_encoder = load_encoder(config.model)  # only its preprocess is used: the same for every checkpoint
+    decoded: dict[str, TensorPairs] = {}
+
+    def train_pairs(style: str) -> TensorPairs:
+        """The train split with captions of `style`, decoded once for all stages."""
+        if style not in decoded:
+            decoded[style] = world_pairs(world_dir, "train", style, pixel_encoder)
+        return decoded[style]
 
     base_key = stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
     base_path = out / "models" / "base.pt"
-    base = runner.run("base", base_key, lambda: _pretrain(config, world_dir, out, base_path))
+    base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs("web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
 
     dictionary_dir = out / "dictionary"
     dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
     figures_dir = out / "figures"
     dictionary = runner.run("dictionary", dictionary_key,
-                            lambda: _dictionary(config, encoder, world_dir, vocabulary, dictionary_dir, figures_dir))
+                            lambda: _dictionary(config, encoder, train_pairs("coco"), world_dir, vocabulary,
+                                                        dictionary_dir, figures_dir))
     labelled = load_labelled_dictionary(dictionary_dir)
     edit_key = stage_key(dictionary_key, config.transplant_strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
@@ -75,7 +85,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
             key = stage_key(finetune_key, switches, seed, lace_key if uses_edits else None)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
             runner.run(f"finetune {name}", key, lambda: _finetune(
-                config, variant, seed, world_dir, out, base_path, model_path, labelled, vocabulary))
+                config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary))
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), lambda: evaluate_on_world(
                 model, name, world_dir, vocabulary, editor, config.n_edits, config.seed))
@@ -115,9 +125,7 @@ def _train_config(config: DemoConfig, out: Path, name: str, **switches) -> Train
                        warmup_steps=min(50, max(1, config.finetune_steps // 10)), **switches)
 
 
-def _pretrain(config: DemoConfig, world_dir: Path, out: Path, base_path: Path) -> dict:
-    encoder = load_encoder(config.model)
-    pairs = world_pairs(world_dir, "train", "web", encoder)
+def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path) -> dict:
     train_config = _train_config(config, out, "base", pretrained=None, steps=config.base_steps, lr=config.base_lr,
                                  seed=config.seed)
     result = train(train_config, dataset=pairs, progress=config.progress)
@@ -125,19 +133,17 @@ def _pretrain(config: DemoConfig, world_dir: Path, out: Path, base_path: Path) -
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
 
 
-def _dictionary(config: DemoConfig, encoder, world_dir: Path, vocabulary: str, out: Path, figures: Path) -> dict:
-    pairs = world_pairs(world_dir, "train", "coco", encoder)
+def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path, vocabulary: str, out: Path,
+                figures: Path) -> dict:
     captions = [caption for captions in pairs.captions for caption in captions]
     labelled, summary = fit_dictionary(encoder, pairs.pixels, captions, vocabulary, config, out)
     summary["atom_bars"] = atom_bar_figure(labelled, encoder, world_dir, config, figures / "atom_bars.png")
     return summary
 
 
-def _finetune(config: DemoConfig, variant: str, seed: int, world_dir: Path, out: Path, base_path: Path,
+def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, out: Path, base_path: Path,
               model_path: Path, labelled, vocabulary: str) -> dict:
     switches = {"edit_kinds": config.edit_kinds, **VARIANTS[variant]}
-    encoder = load_encoder(config.model, str(base_path))
-    pairs = world_pairs(world_dir, "train", "coco", encoder)
     train_config = _train_config(
         config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
         lr=config.finetune_lr, seed=seed, vocabulary=vocabulary, n_edits=config.n_edits,
