@@ -7,7 +7,12 @@ import torch
 
 from lace.errors import LaceInputError
 from lace.io import prepare_output_dir
-from lace.train.checkpoints import complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
+from lace.train.checkpoints import (
+    complete_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from lace.train.loop import _truncate_metrics
 
 

@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-QUICK = dict(world_images=600, base_steps=30, finetune_steps=10, batch_size=32, atoms=32, sparsity=4)
+QUICK = {"world_images": 600, "base_steps": 30, "finetune_steps": 10, "batch_size": 32, "atoms": 32, "sparsity": 4}
 
 
 def run(args: argparse.Namespace) -> int:

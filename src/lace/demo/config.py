@@ -32,14 +32,14 @@ CALIBRATION_TOLERANCE = 0.10
 # World knobs chosen on the validation split so that the base fails like CLIP (see
 # docs/calibration.md for every setting tried and what it measured). Small splits
 # beside train keep evaluation cheap: 5% each of val, test and test_comp.
-CALIBRATED_WORLD = dict(
-    split_fractions=(0.85, 0.05, 0.05, 0.05),
-    small_extent=0.30,
-    large_extent=0.42,
-    web_colour_prob=0.4,
-    web_colour_noise=0.15,
-    web_relation_prob=0.6,
-)
+CALIBRATED_WORLD = {
+    "split_fractions": (0.85, 0.05, 0.05, 0.05),
+    "small_extent": 0.30,
+    "large_extent": 0.42,
+    "web_colour_prob": 0.4,
+    "web_colour_noise": 0.15,
+    "web_relation_prob": 0.6,
+}
 
 
 @dataclass

@@ -70,7 +70,7 @@ def fit_dictionary(
 
 
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
-    options = dict(kinds=config.edit_kinds, strength=config.transplant_strength, bindings=labelled.bindings)
+    options = {"kinds": config.edit_kinds, "strength": config.transplant_strength, "bindings": labelled.bindings}
     options.update(overrides)
     return CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, **options)
 
@@ -169,7 +169,7 @@ def edit_retrieval_stage(
             direction_rows, keep=keep[valid], source_rows=rows[valid], k=10, seed=config.seed,
         )
         figures["edited_images"] = int(valid.sum())
-        figures["candidates"] = int(len(rows))
+        figures["candidates"] = len(rows)
         results[pair] = figures
         first = int(rows[valid][0])
         z = gallery[first: first + 1]

@@ -9,6 +9,7 @@ retrieval; 5. fine-tune in every variant from the base with the same data order;
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -16,7 +17,12 @@ import torch
 from lace.config import config_to_dict
 from lace.data.world import WorldConfig, generate_world
 from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, VARIANTS, DemoConfig
-from lace.demo.dictionary_stage import atom_bar_figure, edit_retrieval_stage, fit_dictionary, make_editor
+from lace.demo.dictionary_stage import (
+    atom_bar_figure,
+    edit_retrieval_stage,
+    fit_dictionary,
+    make_editor,
+)
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
 from lace.demo.stages import StageRunner, stage_key
@@ -84,11 +90,11 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
             name = f"{variant} seed {seed}"
             key = stage_key(finetune_key, switches, seed, lace_key if uses_edits else None)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
-            runner.run(f"finetune {name}", key, lambda: _finetune(
-                config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary))
+            runner.run(f"finetune {name}", key, partial(
+                _finetune, config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary))
             model = load_encoder(config.model, str(model_path))
-            evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), lambda: evaluate_on_world(
-                model, name, world_dir, vocabulary, editor, config.n_edits, config.seed))
+            evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
+                evaluate_on_world, model, name, world_dir, vocabulary, editor, config.n_edits, config.seed))
 
     summary = {
         "config": config_to_dict(config),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lace.io import atomic_write_json
 
