@@ -11,7 +11,7 @@ import torch
 from lace.concepts.labelling import calibrate_tau_align, label_atoms
 from lace.concepts.vocabulary import load_vocabulary
 from lace.demo.config import DemoConfig
-from lace.demo.embed import embed_captions, embed_pixels
+from lace.demo.embed import embed_pixels
 from lace.demo.world_data import world_split
 from lace.dictionary.build import (
     DictionaryFitConfig,
@@ -23,8 +23,10 @@ from lace.dictionary.build import (
 )
 from lace.edits import CounterfactualEditor
 from lace.edits.report import edit_report
+from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
-from lace.eval.edit_retrieval import caption_concepts, edit_retrieval
+from lace.eval.dictionary_diagnostics import transplant_retrieval
+from lace.eval.edit_retrieval import caption_concepts
 from lace.report.plots import atom_bars, image_grid
 from lace.train.rule_negatives import RuleNegatives
 
@@ -38,7 +40,7 @@ def fit_dictionary(
 ) -> tuple[LabelledDictionary, dict]:
     """Fit and label the dictionary on the base model's train embeddings; save it to `out`."""
     images = embed_pixels(encoder, pixels)
-    texts = embed_captions(encoder, captions)
+    texts = torch.from_numpy(embed_texts(encoder, captions, progress=False))
     directions = concept_directions_for_store(vocabulary, captions, texts.numpy(), encoder.encode_texts,
                                               log=lambda _: None)
     fit_config = DictionaryFitConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary,
@@ -140,9 +142,6 @@ def edit_retrieval_stage(
     rules = RuleNegatives(load_vocabulary(vocabulary))
     shown, concept_names = caption_concepts([r.captions for r in dataset.records], rules)
     column = {name: i for i, name in enumerate(concept_names)}
-    direction_rows = torch.stack([labelled.directions.directions[labelled.directions.index(n)]
-                                  if n in labelled.directions else torch.zeros(gallery.shape[1])
-                                  for n in concept_names])
     results: dict[str, dict] = {}
     grid_rows = []
     owned = owned_concepts(labelled)
@@ -151,26 +150,18 @@ def edit_retrieval_stage(
         if not {source, target} <= owned:
             results[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
             continue
-        rows = torch.nonzero(shown[:, column[source]] & ~shown[:, column[target]]).flatten()
-        if len(rows) == 0:
+        figures = transplant_retrieval(labelled, gallery, shown, concept_names, pair,
+                                       strength=config.transplant_strength, k=10, seed=config.seed)
+        if not figures["edited"]:
+            results[pair] = {"skipped": f"no valid transplant among {int(figures['candidates'])} images showing {source}"}
             continue
-        editor = make_editor(labelled, config, kinds=("transplant",), target=pair, effect_check=False,
-                             strength=config.transplant_strength)
+        counts = {key: int(figures[key]) for key in ("candidates", "proposed", "edited")}
+        results[pair] = {**_finite(figures), **counts}
+        # the neighbour grid shows the first source image whose transplant is valid
+        rows = torch.nonzero(shown[:, column[source]] & ~shown[:, column[target]]).flatten()
+        editor = make_editor(labelled, config, kinds=("transplant",), target=pair)
         edited = editor.apply(gallery[rows], "image", f"transplant:{pair}")
         valid = edited.valid[:, 0]
-        if not valid.any():
-            results[pair] = {"skipped": f"no valid transplant among {len(rows)} images showing {source}"}
-            continue
-        keep = shown[rows].clone()
-        keep[:, column[source]] = False
-        figures = edit_retrieval(
-            gallery[rows][valid], edited.embeddings[valid, 0], gallery, shown,
-            torch.full((int(valid.sum()),), column[source]), torch.full((int(valid.sum()),), column[target]),
-            direction_rows, keep=keep[valid], source_rows=rows[valid], k=10, seed=config.seed,
-        )
-        figures["edited_images"] = int(valid.sum())
-        figures["candidates"] = len(rows)
-        results[pair] = figures
         first = int(rows[valid][0])
         z = gallery[first: first + 1]
         after = edited.embeddings[valid][:1, 0]
@@ -183,7 +174,7 @@ def edit_retrieval_stage(
             grid_rows.append((f"{pair}: {label}", images, ["query"] + [str(i) for i in range(1, 7)]))
     if grid_rows:
         image_grid(grid_rows, grid_path, title="nearest real test images (first column: the source image)")
-    texts = embed_captions(encoder, dataset.captions)
+    texts = torch.from_numpy(embed_texts(encoder, dataset.captions, progress=False))
     editor = make_editor(labelled, config)
     report = edit_report(editor, gallery, "image", texts, n_edits=config.n_edits, seed=config.seed)
     return {"transplants": results, "edit_kinds": {k: _finite(v) for k, v in report.items()}}

@@ -1,4 +1,4 @@
-"""Embedding in-memory world pixels and captions with a model, in batches, without gradient."""
+"""Embedding in-memory world pixels with a model, in batches, without gradient (captions: `lace.embeddings.embed_texts`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,3 @@ def embed_pixels(encoder: DualEncoder, pixels: torch.Tensor, batch_size: int = 5
     """(N, 3, H, W) -> (N, d) unit vectors."""
     encoder.eval()
     return torch.cat([encoder.encode_images(pixels[i: i + batch_size]) for i in range(0, len(pixels), batch_size)])
-
-
-@torch.no_grad()
-def embed_captions(encoder: DualEncoder, captions: list[str], batch_size: int = 1024) -> torch.Tensor:
-    """N captions -> (N, d) unit vectors."""
-    encoder.eval()
-    return torch.cat([encoder.encode_texts(captions[i: i + batch_size]) for i in range(0, len(captions), batch_size)])

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lace.demo.embed import embed_captions, embed_pixels
 from lace.demo.world_data import world_split
 from lace.encoders.base import DualEncoder
+from lace.eval.benchmarks.retrieval import dataset_embeddings
 from lace.eval.brittleness import counterfactual_brittleness
+from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.neighbours import cross_neighbours
 from lace.eval.runner import EvalConfig, run_evaluation
 
@@ -24,16 +25,16 @@ def evaluate_on_world(
     """Per split: retrieval, binding in both directions, Winoground-style scores, hubness,
     one-way neighbours, brittleness to rule edits and (with `editor`) to counterfactual
     embeddings, and the N_k occurrence counts of both directions."""
+    cache = EmbeddingCache(encoder)  # each image and caption is embedded once for all splits
     results = {}
     for split in EVAL_SPLITS:
         config = EvalConfig(
             benchmarks=("world", "retrieval"), data=str(Path(world_dir) / "karpathy_coco.json"), split=split,
             world=str(world_dir), world_split=split, vocabulary=vocabulary, seed=seed, k=k,
         )
-        figures = run_evaluation(encoder, config, model=name)
+        figures = run_evaluation(encoder, config, model=name, cache=cache)
         dataset = world_split(world_dir, split, "coco")
-        pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
-        images, texts = embed_pixels(encoder, pixels), embed_captions(encoder, dataset.captions)
+        images, texts = dataset_embeddings(cache, dataset)
         if editor is not None:
             figures["diagnostics"].update({
                 f"brittleness/{key}": value for key, value in counterfactual_brittleness(

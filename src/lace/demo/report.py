@@ -204,7 +204,7 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     edits = summary["edit_retrieval"]
     report.heading("Edit retrieval (test images)")
     rows = [[pair, f["transplant/target"], f["random/target"], f["arithmetic/target"], f.get("transplant/keep"),
-             f["angle_degrees"], f["edited_images"]] for pair, f in edits["transplants"].items() if "skipped" not in f]
+             f["angle_degrees"], f["edited"]] for pair, f in edits["transplants"].items() if "skipped" not in f]
     report.table(Table(["transplant", "top-10 show target", "random edit, same size", "concept arithmetic",
                         "keep other concepts", "edit angle (deg)", "images"], rows))
     report.table(Table(["edit kind", "proposed", "pass effect check", "nearest caption changes", "random control changes"],

@@ -165,14 +165,19 @@ def _finite(figures: dict[str, float]) -> dict[str, float | None]:
 
 
 def run_evaluation(
-    encoder: DualEncoder, config: EvalConfig, model: str, pretrained: str | None = None, progress: bool = False
+    encoder: DualEncoder, config: EvalConfig, model: str, pretrained: str | None = None, progress: bool = False,
+    cache: EmbeddingCache | None = None,
 ) -> dict:
-    """Load every requested benchmark, embed each image and caption once, score, diagnose."""
+    """Load every requested benchmark, embed each image and caption once, score, diagnose.
+
+    `cache`: embeddings of `encoder` to reuse and fill (several evaluations of one model
+    share it); a fresh one by default.
+    """
     unknown = [name for name in config.benchmarks if name not in BENCHMARKS]
     if unknown:
         raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
     labelled = _load_dictionary(encoder, config, model) if config.dictionary else None
-    cache = EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
+    cache = cache if cache is not None else EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
     cache_file = Path(config.cache_dir) / f"{cache_key(model, pretrained, config)}.npz" if config.cache_dir else None
     if cache_file is not None and cache_file.is_file():
         cache.load(cache_file)
