@@ -7,6 +7,8 @@ import pytest
 
 from lace.demo import DemoConfig, run_demo
 from lace.demo.report import claims
+from lace.demo.sweep import read_grid, run_sweep, setting_folder
+from lace.errors import LaceInputError
 
 TINY = DemoConfig(world_images=240, base_steps=6, finetune_steps=3, batch_size=16, atoms=16, sparsity=3,
                   n_edits=2, progress=False)
@@ -86,3 +88,29 @@ def test_rerun_reuses_every_stage(demo):
     again = run_demo(TINY, out, log=lambda _: None)
     assert all(again["reused"].values())
     assert again["evaluations"] == json.loads(json.dumps(summary["evaluations"]))
+
+
+def test_sweep_reuses_the_base_and_reports_every_setting_on_validation(demo, tmp_path):
+    out, summary = demo
+    grid_path = tmp_path / "grid.yaml"
+    grid_path.write_text('"M = 1": {n_edits: 1}\n"K = 8": {atoms: 8, sparsity: 2}\n')
+    result = run_sweep(TINY, out, read_grid(grid_path), log=lambda _: None)
+    for name in ("M = 1", "K = 8"):
+        stages = json.loads((setting_folder(out, name) / "results.json").read_text())["reused"]
+        assert stages["world"] and stages["base"] and not stages["finetune LACE seed 0"]
+        assert stages["dictionary"] == (name == "M = 1")  # a new size refits the dictionary
+    assert set(result["evaluations"]) == {model for model in summary["evaluations"] if model != "base"} | {
+        "LACE, M = 1 seed 0", "LACE, K = 8 seed 0"}
+    table = (out / "sweep.md").read_text()
+    known = _numbers(json.loads((out / "sweep.json").read_text()), set())
+    rows = [line for line in table.splitlines() if line.startswith("| LACE, ")]
+    assert len(rows) == 2
+    cells = [cell.strip() for row in rows for cell in row.strip("|").split("|")[1:]]
+    assert cells and all(cell in known for cell in cells if cell)
+
+
+def test_sweep_grid_errors_name_the_file_and_field(tmp_path):
+    grid_path = tmp_path / "grid.yaml"
+    grid_path.write_text('"bigger world": {world_images: 100}\n')
+    with pytest.raises(LaceInputError, match=r"grid\.yaml: field 'bigger world\.world_images'"):
+        read_grid(grid_path)

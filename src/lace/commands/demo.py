@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from pathlib import Path
 
 from lace.config import add_config_arguments, config_from_args
 from lace.demo import DemoConfig, run_demo
 from lace.demo.report import summary_markdown
+from lace.demo.sweep import read_grid, run_sweep, sweep_report
 
 
 def add_parser(subparsers) -> None:
@@ -23,6 +25,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--config", default=None, help="YAML file of DemoConfig fields")
     parser.add_argument("--quick", action="store_true",
                         help="a small world and few steps: checks the pipeline end to end in about a minute")
+    parser.add_argument("--sweep", default=None, metavar="GRID",
+                        help="YAML of named LACE settings (DemoConfig overrides) to fine-tune from the same base and "
+                             "compare on the validation split; writes sweep.md and sweep.html (e.g. configs/demo-sweep.yaml)")
     add_config_arguments(parser, DemoConfig)
     parser.set_defaults(func=run)
 
@@ -36,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
         given = {f.name for f in dataclasses.fields(DemoConfig) if getattr(args, f.name, None) is not None}
         config = dataclasses.replace(config, **{k: v for k, v in QUICK.items() if k not in given})
     start = time.perf_counter()
+    if args.sweep:
+        result = run_sweep(config, args.out, read_grid(args.sweep))
+        print()
+        print(sweep_report(result).markdown(Path(args.out)))
+        print(f"sweep: {args.out}/sweep.md and {args.out}/sweep.html ({time.perf_counter() - start:.0f}s)")
+        return 0
     summary = run_demo(config, args.out)
     print()
     print(summary_markdown(summary))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lace.errors import input_error
+
 METHOD_EDITS = ("attenuate", "swap", "transplant")
 VARIANTS = {
     # name: the training switches that differ from plain fine-tuning
@@ -36,8 +38,9 @@ CALIBRATED_WORLD = {
     "split_fractions": (0.85, 0.05, 0.05, 0.05),
     "small_extent": 0.30,
     "large_extent": 0.42,
-    "web_colour_prob": 0.4,
-    "web_colour_noise": 0.15,
+    "cooccurrence_skew": 0.2,
+    "web_colour_prob": 0.7,
+    "web_colour_noise": 0.35,
     "web_relation_prob": 0.6,
 }
 
@@ -55,14 +58,15 @@ class DemoConfig:
     threads: int = 0
     """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores)."""
     world_images: int = 8000
-    """Images in the world over all splits (80% train, 10% val, 5% test, 5% compositional test)."""
+    """Images in the world over all splits (85% train, 5% each of val, test and compositional test)."""
     image_size: int = 32
     """Canvas side in pixels."""
-    model: str = "lace-micro-32"
-    """lace-tiny architecture trained from scratch (its image size must match image_size)."""
+    model: str = "lace-micro-rn-32"
+    """lace-tiny architecture trained from scratch (its image size must match image_size); the default's
+    convolutional image tower learns shapes and positions within the demo's budget, the ViTs' do not."""
     batch_size: int = 128
     """Pairs per contrastive batch."""
-    base_steps: int = 600
+    base_steps: int = 800
     """Steps of plain pretraining on web-like captions (the base that does not bind)."""
     base_lr: float = 2e-3
     """Peak learning rate of pretraining."""
@@ -84,9 +88,22 @@ class DemoConfig:
     """Transplant strength used in fine-tuning."""
     refresh_dictionary_every: int = 0
     """Refit the dictionary on recent embeddings every this many fine-tuning steps (0: never)."""
+    effect_check: bool = True
+    """Keep only counterfactual edits whose concept readout moves as the edit says (METHOD.md section 4)."""
+    atom_level_edits: bool = False
+    """Edit single atoms instead of whole concepts (the naive variant, for comparison)."""
+    only_variants: tuple[str, ...] = ()
+    """Fine-tuning variants to run (empty: the four core ones, plus the ablations with --full)."""
     progress: bool = True
     """Show progress bars."""
 
+    def __post_init__(self):
+        unknown = [name for name in self.only_variants if name not in VARIANTS]
+        if unknown:
+            raise input_error("DemoConfig", "only_variants", f"names from {list(VARIANTS)}", unknown)
+
     @property
     def variants(self) -> tuple[str, ...]:
+        if self.only_variants:
+            return tuple(self.only_variants)
         return CORE_VARIANTS + (FULL_VARIANTS if self.full else ())

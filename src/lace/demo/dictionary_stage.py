@@ -72,7 +72,8 @@ def fit_dictionary(
 
 
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
-    options = {"kinds": config.edit_kinds, "strength": config.transplant_strength, "bindings": labelled.bindings}
+    options = {"kinds": config.edit_kinds, "strength": config.transplant_strength, "bindings": labelled.bindings,
+               "effect_check": config.effect_check, "atom_level": config.atom_level_edits}
     options.update(overrides)
     return CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, **options)
 

@@ -75,14 +75,17 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     edit_key = stage_key(dictionary_key, config.transplant_strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config, figures_dir / "edit_retrieval_grid.png"))
-    editor = make_editor(labelled, config)
+    # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
+    # dictionary, so that every model and every setting of the LACE knobs is measured alike.
+    editor = make_editor(labelled, DemoConfig())
 
-    # Evaluations measure counterfactual brittleness with the editor: their keys include the dictionary's.
+    # Evaluations use the dictionary's editor: their keys include the dictionary's.
     evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
-        encoder, "base", world_dir, vocabulary, editor, config.n_edits, config.seed))}
+        encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))}
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config.edit_kinds,
-                         config.transplant_strength, config.refresh_dictionary_every)
+                         config.transplant_strength, config.refresh_dictionary_every, config.effect_check,
+                         config.atom_level_edits)
     for variant in config.variants:
         switches = VARIANTS[variant]
         uses_edits = switches.get("counterfactual_captions") or switches.get("counterfactual_images")
@@ -94,7 +97,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
                 _finetune, config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary))
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
-                evaluate_on_world, model, name, world_dir, vocabulary, editor, config.n_edits, config.seed))
+                evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))
 
     summary = {
         "config": config_to_dict(config),
