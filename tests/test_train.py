@@ -239,3 +239,27 @@ def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv,
     resumed = train(replace(interrupted, resume="latest"), progress=False)
     for key, value in weights_of(resumed).items():
         torch.testing.assert_close(value, weights_of(whole)[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_refreshed_editor_keeps_the_alignment_threshold_it_was_given():
+    from lace.concepts.directions import directions_from_templates
+    from lace.concepts.labelling import label_atoms
+    from lace.concepts.vocabulary import load_vocabulary
+    from lace.dictionary.concept_dictionary import ConceptDictionary
+    from lace.edits import CounterfactualEditor
+    from lace.encoders import load_encoder
+    from lace.train.editor import refresh_editor
+
+    torch.manual_seed(4)
+    encoder = load_encoder("lace-micro-32", None)
+    captions = [f"a {c} {s}" for c in COLOURS for s in ("circle", "square", "star")]
+    with torch.no_grad():
+        texts, images = encoder.encode_texts(captions), encoder.encode_images(torch.rand(24, 3, 32, 32))
+        directions = directions_from_templates(load_vocabulary(WORLD_VOCABULARY), encoder.encode_texts, texts.mean(0))
+    dictionary = ConceptDictionary(mode="vocabulary", sparsity=4, directions=directions, batch_size=64).fit(images, texts)
+    calibrated = label_atoms(dictionary, directions, images, texts).tau_align
+    threshold = round(calibrated / 2, 3)  # as if calibrated another way (the demo uses isotropic directions)
+    editor = CounterfactualEditor(dictionary, label_atoms(dictionary, directions, tau_align=threshold), directions)
+    refreshed = refresh_editor(editor, images.flip(0), texts.flip(0))
+    assert refreshed.tau_align == pytest.approx(threshold) != pytest.approx(calibrated)
+    assert refreshed.dictionary is not dictionary and refreshed.kinds == editor.kinds

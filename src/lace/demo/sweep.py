@@ -52,12 +52,12 @@ def read_grid(path: str | Path) -> dict[str, dict]:
 
 
 def _seed_folder(main: Path, folder: Path) -> None:
-    """Give `folder` the main run's world, base and dictionary, so their stages are reused."""
+    """Give `folder` the main run's world, base, dictionary and figures, so their stages are reused."""
     folder.mkdir(parents=True, exist_ok=True)
     world = folder / "world"
     if not world.exists():
         world.symlink_to((main / "world").resolve(), target_is_directory=True)  # read only once generated
-    for relative in ("models/base.pt", "dictionary"):
+    for relative in ("models/base.pt", "dictionary", "figures"):
         source, target = main / relative, folder / relative
         if target.exists():
             continue

@@ -2,7 +2,7 @@
 
 Concept directions are computed once, at the start, from the encoder being trained
 (or read from the dictionary folder when it holds them); a refresh refits the dictionary
-and relabels its atoms against those same directions, so that a refit from the same
+and relabels its atoms against those same directions and threshold, so that a refit from the same
 embeddings always gives the same editor (which makes resumption exact).
 """
 
@@ -67,13 +67,15 @@ def refresh_editor(editor: CounterfactualEditor, image_embeddings: torch.Tensor,
                    text_embeddings: torch.Tensor) -> CounterfactualEditor:
     """A new editor whose dictionary is refitted on (N, d) recent image and text embeddings.
 
-    Same dictionary parameters, same concept directions, same edit settings.
+    Same dictionary parameters, concept directions, alignment threshold and edit settings.
     """
     old = editor.dictionary
     extra = {"directions": editor.directions} if old.mode == "vocabulary" else {}
     dictionary = ConceptDictionary(**old.get_params(), **extra)
     images, texts = image_embeddings.detach().float().cpu(), text_embeddings.detach().float().cpu()
     dictionary.fit(images, texts)
-    labelling = label_atoms(dictionary, editor.directions, images, texts)
+    # the alignment threshold is the replaced editor's, however it was calibrated: a refit changes the
+    # atoms, not what counts as aligned
+    labelling = label_atoms(dictionary, editor.directions, images, texts, tau_align=editor.tau_align)
     settings = {name: getattr(editor, name) for name in EDITOR_SETTINGS if hasattr(editor, name)}
     return CounterfactualEditor(dictionary, labelling, editor.directions, **settings)
