@@ -131,7 +131,8 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     evaluations = summary["evaluations"]
     report = Report("LACE on the shapes world")
     report.paragraph(
-        "A lace-tiny CLIP is pretrained from scratch on web-like captions of a rendered shapes world "
+        f"A {summary['config']['model']} CLIP (lace-tiny family) is pretrained from scratch on web-like captions "
+        "of a rendered shapes world "
         "(the base that does not bind), then fine-tuned on COCO-like captions in each variant below, with the "
         "same data order, seeds and steps. Every number here is read from results.json in this folder."
     )

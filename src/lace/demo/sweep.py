@@ -20,7 +20,7 @@ from lace.demo.config import DemoConfig
 from lace.demo.pipeline import run_demo
 from lace.demo.report import BINDING_COLUMNS, GEOMETRY_COLUMNS, aggregate
 from lace.errors import LaceInputError, input_error
-from lace.io import atomic_write_json
+from lace.io import atomic_write_json, read_json
 from lace.report.document import Report, Table
 
 SWEEP_COLUMNS = (
@@ -91,7 +91,7 @@ def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=pr
             if model != "base":
                 evaluations[model.replace("LACE", f"LACE, {name}", 1)] = results
         wall[name] = sum(seconds for stage, seconds in summary["wall_seconds"].items()
-                         if not summary["reused"].get(stage, False))
+                         if _own_stage(out, folder, stage))
     result = {"settings": grid, "evaluations": evaluations, "wall_seconds": wall}
     atomic_write_json(out / "sweep.json", result)
     sweep_report(result).write(out, stem="sweep")
@@ -110,8 +110,18 @@ def sweep_report(result: dict) -> Report:
                                "one-way rate, brittleness to counterfactual edits"))
     settings = [[name, ", ".join(f"{k} = {v}" for k, v in overrides.items()), result["wall_seconds"].get(name)]
                 for name, overrides in result["settings"].items()]
-    report.table(Table(["setting", "overrides", "seconds"], settings, caption="settings and their wall time"))
+    report.table(Table(["setting", "overrides", "seconds"], settings,
+                       caption="settings and the wall time of the stages each ran itself (fine-tune, evaluation, "
+                               "a new dictionary)"))
     return report
+
+
+def _own_stage(main: Path, folder: Path, stage: str) -> bool:
+    """Whether `folder` ran `stage` with other inputs than the main run (its time is the setting's cost)."""
+    own, shared = folder / "stages" / f"{stage}.json", main / "stages" / f"{stage}.json"
+    if not own.is_file():
+        return False  # the report: not a stage
+    return not shared.is_file() or read_json(own)["key"] != read_json(shared)["key"]
 
 
 def setting_folder(out: str | Path, name: str) -> Path:
