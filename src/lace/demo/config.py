@@ -56,7 +56,8 @@ class DemoConfig:
     full: bool = False
     """Also run the ablations: LACE on captions only, on images only, and without the rebind edit."""
     threads: int = 0
-    """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores)."""
+    """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
+    or for a dictionary fit that repeats bit for bit)."""
     world_images: int = 8000
     """Images in the world over all splits (85% train, 5% each of val, test and compositional test)."""
     image_size: int = 32
