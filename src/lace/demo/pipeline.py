@@ -38,8 +38,12 @@ def world_config(config: DemoConfig) -> WorldConfig:
                        benchmark_items_per_family=1, png_compression=1, **CALIBRATED_WORLD)
 
 
-def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
-    """Run (or resume) every stage under `out`; return the summary written to `results.json`."""
+def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
+    """Run (or resume) every stage under `out`; return the summary written to `results.json`.
+
+    `decoded`: train pairs by caption style, filled as they are decoded; runs on the same world and
+    model (a sweep's settings) pass one dict so the images are decoded once.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if config.threads:
@@ -52,7 +56,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     runner.run("world", world_key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
     pixel_encoder = load_encoder(config.model)  # only its preprocess is used: the same for every checkpoint
-    decoded: dict[str, TensorPairs] = {}
+    decoded = {} if decoded is None else decoded
 
     def train_pairs(style: str) -> TensorPairs:
         """The train split with captions of `style`, decoded once for all stages."""
@@ -76,10 +80,9 @@ def run_demo(config: DemoConfig, out: str | Path, log=print) -> dict:
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config, figures_dir / "edit_retrieval_grid.png"))
     # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
-    # dictionary, so that every model and every setting of the LACE knobs is measured alike.
+    # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
+    # keys include the dictionary's.
     editor = make_editor(labelled, DemoConfig())
-
-    # Evaluations use the dictionary's editor: their keys include the dictionary's.
     evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
         encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))}
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)

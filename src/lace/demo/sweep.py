@@ -78,7 +78,8 @@ def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=pr
     `<out>/sweep.json`, with the tables in `<out>/sweep.md` and `<out>/sweep.html`.
     """
     out = Path(out)
-    main = run_demo(config, out, log=log)
+    decoded: dict = {}  # every setting trains on the same world's images
+    main = run_demo(config, out, log=log, decoded=decoded)
     evaluations = {variant: results for variant, results in main["evaluations"].items() if variant != "base"}
     wall = {}
     for name, overrides in grid.items():
@@ -86,7 +87,7 @@ def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=pr
         folder = setting_folder(out, name)
         _seed_folder(out, folder)
         log(f"[sweep] {name}: {overrides}")
-        summary = run_demo(setting, folder, log=log)
+        summary = run_demo(setting, folder, log=log, decoded=decoded)
         for model, results in summary["evaluations"].items():
             if model != "base":
                 evaluations[model.replace("LACE", f"LACE, {name}", 1)] = results
