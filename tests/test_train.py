@@ -205,21 +205,29 @@ def test_in_memory_tensors_and_cli(pairs_csv, tmp_path):
                  "--steps", "2", "--batch-size", "8", "--no-progress"]) == 2  # non-empty folder refused
 
 
-def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv, tmp_path):
+def vocabulary_dictionary(seed: int, captions: list[str], n_images: int):
+    """A vocabulary dictionary (atoms = concept directions) of a fresh lace-micro-32, fitted on its embeddings
+    of `captions` and `n_images` random images: (dictionary, directions, images (n_images, d), texts (N, d))."""
     from lace.concepts.directions import directions_from_templates
     from lace.concepts.vocabulary import load_vocabulary
     from lace.dictionary.concept_dictionary import ConceptDictionary
     from lace.encoders import load_encoder
 
-    # A vocabulary dictionary (atoms = concept directions) of the run's initial model, so edits pass their checks.
-    torch.manual_seed(3)
+    torch.manual_seed(seed)
     encoder = load_encoder("lace-micro-32", None)
-    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
     with torch.no_grad():
-        texts, images = encoder.encode_texts(captions), encoder.encode_images(torch.rand(16, 3, 32, 32))
+        texts, images = encoder.encode_texts(captions), encoder.encode_images(torch.rand(n_images, 3, 32, 32))
         directions = directions_from_templates(load_vocabulary(WORLD_VOCABULARY), encoder.encode_texts, texts.mean(0))
+    dictionary = ConceptDictionary(mode="vocabulary", sparsity=4, directions=directions, batch_size=64).fit(images, texts)
+    return dictionary, directions, images, texts
+
+
+def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv, tmp_path):
+    # The run's initial model (seed 3, as config_for trains) gives the dictionary, so edits pass their checks.
+    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
+    dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
     folder = tmp_path / "dictionary"
-    ConceptDictionary(mode="vocabulary", sparsity=4, directions=directions, batch_size=64).fit(images, texts).save(folder)
+    dictionary.save(folder)
     directions.save(folder)
     config = config_for(pairs_csv, tmp_path / "run", counterfactual_captions=True, counterfactual_images=True,
                         dictionary=str(folder), vocabulary=WORLD_VOCABULARY, refresh_dictionary_every=2,
@@ -242,21 +250,12 @@ def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv,
 
 
 def test_refreshed_editor_keeps_the_alignment_threshold_it_was_given():
-    from lace.concepts.directions import directions_from_templates
     from lace.concepts.labelling import label_atoms
-    from lace.concepts.vocabulary import load_vocabulary
-    from lace.dictionary.concept_dictionary import ConceptDictionary
     from lace.edits import CounterfactualEditor
-    from lace.encoders import load_encoder
     from lace.train.editor import refresh_editor
 
-    torch.manual_seed(4)
-    encoder = load_encoder("lace-micro-32", None)
     captions = [f"a {c} {s}" for c in COLOURS for s in ("circle", "square", "star")]
-    with torch.no_grad():
-        texts, images = encoder.encode_texts(captions), encoder.encode_images(torch.rand(24, 3, 32, 32))
-        directions = directions_from_templates(load_vocabulary(WORLD_VOCABULARY), encoder.encode_texts, texts.mean(0))
-    dictionary = ConceptDictionary(mode="vocabulary", sparsity=4, directions=directions, batch_size=64).fit(images, texts)
+    dictionary, directions, images, texts = vocabulary_dictionary(4, captions, 24)
     calibrated = label_atoms(dictionary, directions, images, texts).tau_align
     threshold = round(calibrated / 2, 3)  # as if calibrated another way (the demo uses isotropic directions)
     editor = CounterfactualEditor(dictionary, label_atoms(dictionary, directions, tau_align=threshold), directions)
