@@ -5,11 +5,16 @@ shuffle nouns and adjectives (each class among itself), shuffle everything but n
 adjectives, shuffle words within each trigram, shuffle the trigrams; then BLIP's
 `pre_caption` (lower case, punctuation dropped, at most 30 words).
 
-Deviation, on purpose: the original tags parts of speech with spaCy's `en_core_web_sm`.
-Here nouns are the vocabulary's object words (plurals included) and adjectives its
-attribute words, found with the same phrase matcher as the rule-made negatives; words
-outside the vocabulary count as neither. With the default natural vocabulary this
-covers the common COCO nouns and adjectives, but not every noun a tagger would find.
+Two taggers. `SpacyTagger` tags as the original does (spaCy's `en_core_web_sm`, Penn tags
+NN* are nouns and JJ* adjectives); it needs spaCy, which lace does not install. The
+default `VocabularyTagger` is a deviation: nouns are the vocabulary's object words
+(plurals included) and adjectives its attribute words, found with the same phrase matcher
+as the rule-made negatives; other words count as neither. With the natural vocabulary
+this covers the common COCO nouns and adjectives, not every noun a tagger finds. Both
+split trigrams on their own tokens (the original uses nltk's `word_tokenize` there), and
+the shuffles draw from a seeded numpy generator rather than the original's global
+`random` / `np.random` state, so single perturbations differ from a run of the original
+while following the same rules.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
+from lace.errors import LaceInputError
 
 TOKEN = re.compile(r"[A-Za-z0-9]+(?:['-][A-Za-z0-9]+)*|[^\w\s]")
 PERTURBATIONS = ("shuffle_nouns_and_adjectives", "shuffle_all_but_nouns_and_adjectives",
@@ -49,6 +56,32 @@ class VocabularyTagger:
         return tokens, tags
 
 
+NOUN_TAGS = ("NN", "NNS", "NNP", "NNPS")  # as perturbations.py of the original
+ADJECTIVE_TAGS = ("JJ", "JJR", "JJS")
+
+
+class SpacyTagger:
+    """Tags tokens from spaCy's part-of-speech tags, as ARO's `perturbations.py` does."""
+
+    def __init__(self, model: str = "en_core_web_sm"):
+        try:
+            import spacy
+
+            self._nlp = spacy.load(model)
+        except (ImportError, OSError) as error:
+            raise LaceInputError(
+                f"the spaCy tagger needs spaCy and its {model!r} model (pip install spacy && "
+                f"python -m spacy download {model}); or use the vocabulary tagger ({error})"
+            ) from error
+
+    def tag(self, caption: str) -> tuple[list[str], list[str]]:
+        """Tokens of `caption` as spaCy splits them and their tags ("noun", "adj", "other")."""
+        doc = self._nlp(caption)
+        tags = ["noun" if token.tag_ in NOUN_TAGS else "adj" if token.tag_ in ADJECTIVE_TAGS else "other"
+                for token in doc]
+        return [token.text for token in doc], tags
+
+
 def _shuffle_positions(tokens: list[str], positions: list[int], rng: np.random.Generator) -> None:
     values = [tokens[i] for i in positions]
     for i, j in zip(positions, rng.permutation(len(values))):
@@ -59,7 +92,7 @@ def _trigrams(tokens: list[str]) -> list[list[str]]:
     return [tokens[i: i + 3] for i in range(0, len(tokens), 3)]
 
 
-def order_perturbations(caption: str, tagger: VocabularyTagger, rng: np.random.Generator) -> list[str]:
+def order_perturbations(caption: str, tagger: VocabularyTagger | SpacyTagger, rng: np.random.Generator) -> list[str]:
     """The four perturbed captions of `caption` (before `pre_caption`), in `PERTURBATIONS` order."""
     tokens, tags = tagger.tag(caption)
     nouns_adjectives = list(tokens)

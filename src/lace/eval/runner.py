@@ -52,12 +52,16 @@ class EvalConfig:
     """Flickr30k Karpathy test JSON for Flickr30k-Order."""
     aro_flickr_images: str | None = None
     """Folder the Flickr30k-Order image paths are relative to (default: beside the JSON)."""
+    aro_tagger: str = "vocabulary"
+    """Parts of speech for the Order perturbations: vocabulary (lace's words) or spacy (as ARO; needs spaCy)."""
     winoground_root: str | None = None
     """Winoground folder with examples.jsonl and images/."""
     valse_root: str | None = None
     """Folder with VALSE's JSON files."""
     valse_images: str | None = None
     """VALSE image folder (default: <valse-root>/images)."""
+    valse_all_items: bool = False
+    """Score every VALSE item, not only those annotators validated (the authors' mturk caption >= 2)."""
     world: str | None = None
     """Shapes world folder written by `lace world` (benchmarks/<split>.json, *_winoground.json)."""
     world_split: str = "test"
@@ -96,9 +100,10 @@ BENCHMARK_INPUTS: dict[str, BenchmarkInputs] = {
     "aro": lambda c: (c.aro_root or c.aro_coco or c.aro_flickr, {
         "root": c.aro_root, "coco_karpathy": c.aro_coco, "coco_images": c.aro_coco_images,
         "flickr_karpathy": c.aro_flickr, "flickr_images": c.aro_flickr_images,
-        "vocabulary": c.vocabulary or "natural", "seed": c.seed}, "--aro-root, --aro-coco or --aro-flickr"),
+        "vocabulary": c.vocabulary or "natural", "seed": c.seed, "tagger": c.aro_tagger},
+        "--aro-root, --aro-coco or --aro-flickr"),
     "winoground": lambda c: (c.winoground_root, {}, "--winoground-root"),
-    "valse": lambda c: (c.valse_root, {"image_root": c.valse_images}, "--valse-root"),
+    "valse": lambda c: (c.valse_root, {"image_root": c.valse_images, "all_items": c.valse_all_items}, "--valse-root"),
     "world": lambda c: (c.world, {"split": c.world_split}, "--world"),
 }
 
