@@ -1,4 +1,12 @@
-"""open_clip models as `DualEncoder`s: any architecture, pretrained tag or local checkpoint."""
+"""open_clip models as `DualEncoder`s: any architecture, pretrained tag or local checkpoint.
+
+Activation: OpenAI's CLIP weights were trained with QuickGELU, but open_clip builds
+`ViT-B-32` and the other plain names with GELU and only warns when given those weights,
+a silent change of every embedding. `load_open_clip` builds QuickGELU whenever the
+weights were trained with it (`quick_gelu_for`): the pretrained tag says so in open_clip's
+registry, or a checkpoint's side JSON (`<checkpoint>.json`, written by `lace export`)
+records it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ import torch
 
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
+from lace.io import read_json
 
 MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(MODEL_CONFIG_DIR)  # registers the lace-tiny family by name
@@ -25,10 +34,13 @@ def tiny_model_names() -> list[str]:
 class OpenClipEncoder(DualEncoder):
     """Wraps an `open_clip.CLIP`; `self.model` is the trainable module."""
 
-    def __init__(self, model: torch.nn.Module, name: str, preprocess_train, preprocess, tokenizer):
+    def __init__(self, model: torch.nn.Module, name: str, preprocess_train, preprocess, tokenizer,
+                 quick_gelu: bool = False):
         super().__init__()
         self.model = model
         self.name = name
+        self.quick_gelu = quick_gelu
+        """Whether the towers use QuickGELU (as OpenAI's weights were trained) rather than GELU."""
         self.preprocess_train = preprocess_train
         self.preprocess = preprocess
         self._tokenizer = tokenizer
@@ -65,6 +77,31 @@ class OpenClipEncoder(DualEncoder):
         return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
 
 
+def quick_gelu_for(model: str, pretrained: str | None, _depth: int = 0) -> bool:
+    """Whether architecture `model` with weights `pretrained` needs QuickGELU.
+
+    True when the architecture's config asks for it (the `-quickgelu` names), when
+    `pretrained` is a tag open_clip's registry marks as trained with it (`openai`, ...), or
+    when `pretrained` is a checkpoint whose side JSON `<checkpoint>.json` says so: its
+    `quick_gelu` field, or for exports older than that field, the tag it was trained from.
+    """
+    if (open_clip.get_model_config(model) or {}).get("quick_gelu"):
+        return True
+    if pretrained is None or pretrained.lower() == "none" or _depth > 4:
+        return False
+    path = Path(pretrained)
+    if not path.exists():
+        return bool(open_clip.get_pretrained_cfg(model, pretrained).get("quick_gelu", False))
+    side = path.with_name(path.name + ".json")
+    record = read_json(side) if side.is_file() else None
+    if not isinstance(record, dict):
+        return False
+    if "quick_gelu" in record:
+        return bool(record["quick_gelu"])
+    origin = record.get("pretrained")
+    return isinstance(origin, str) and quick_gelu_for(str(record.get("model", model)), origin, _depth + 1)
+
+
 def load_open_clip(model: str, pretrained: str | None = None, device: str | torch.device = "cpu") -> OpenClipEncoder:
     """Build an open_clip model by name.
 
@@ -90,13 +127,14 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
             raise LaceInputError(
                 f"unknown pretrained tag {pretrained!r} for {model}: expected one of {tags} or a checkpoint path"
             )
+    quick_gelu = quick_gelu_for(model, pretrained)
     # open_clip warns that random initialisation loaded no weights; here that was asked for.
     logging.disable(logging.WARNING if pretrained is None else logging.NOTSET)
     try:
         clip, preprocess_train, preprocess = open_clip.create_model_and_transforms(
-            model, pretrained=pretrained, device=device
+            model, pretrained=pretrained, device=device, force_quick_gelu=quick_gelu
         )
     finally:
         logging.disable(logging.NOTSET)
     tokenizer = open_clip.get_tokenizer(model)
-    return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer)
+    return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer, quick_gelu=quick_gelu)

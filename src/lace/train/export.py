@@ -1,8 +1,11 @@
 """`export_run`: a trained run -> a plain state dict of the original architecture.
 
 The written file holds only the architecture's own keys (for open_clip models, what
-`open_clip.create_model(name, pretrained=path)` loads); the model name and provenance go
-to a side JSON (`<out>.json`), so nothing of LACE is needed to use the model.
+`open_clip.create_model(name, pretrained=path)` loads); the model name, provenance and
+activation go to a side JSON (`<out>.json`), so nothing of LACE is needed to use the
+model. `quick_gelu` there records that the run started from weights trained with
+QuickGELU (OpenAI's); `lace` restores it on load, and open_clip users pass
+`force_quick_gelu=True` (or use the `-quickgelu` architecture name).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from lace.encoders import load_encoder
+from lace.encoders.open_clip_encoder import quick_gelu_for
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, read_json
 from lace.train import checkpoints
@@ -47,5 +51,6 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "latest",
     atomic_write_json(out.with_name(out.name + ".json"), {
         "model": config["model"], "pretrained": config.get("pretrained"), "run": str(run_dir),
         "checkpoint": manifest.stem, "step": loaded.step,
+        "quick_gelu": quick_gelu_for(config["model"], config.get("pretrained")),
     })
     return out
