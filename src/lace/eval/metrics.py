@@ -123,3 +123,28 @@ def winoground_scores(scores) -> dict[str, float]:
     text = (s[:, 0, 0] > s[:, 1, 0]) & (s[:, 1, 1] > s[:, 0, 1])
     image = (s[:, 0, 0] > s[:, 0, 1]) & (s[:, 1, 1] > s[:, 1, 0])
     return {"text": float(text.mean()), "image": float(image.mean()), "group": float((text & image).mean())}
+
+
+def zeroshot_scores(scores, labels) -> dict[str, float]:
+    """Zero-shot classification figures from (n, C) image-class scores and (n,) true class indices.
+
+    As CLIP_benchmark reports them: `top1` and `top5` accuracy (`top5` is NaN with fewer
+    than five classes) and `mean_per_class_recall`, the mean over the classes that occur
+    in `labels` of the share of their images predicted right (scikit-learn's
+    `balanced_accuracy_score`).
+    """
+    s = torch.as_tensor(as_numpy(scores)).double()
+    truth = torch.as_tensor(as_numpy(labels)).long()
+    if s.ndim != 2 or truth.shape != (s.shape[0],):
+        raise ValueError(f"expected (n, C) scores and (n,) labels, got {tuple(s.shape)} and {tuple(truth.shape)}")
+    if not len(truth):
+        return {"top1": float("nan"), "top5": float("nan"), "mean_per_class_recall": float("nan")}
+    ranked = s.topk(min(5, s.shape[1]), dim=1).indices  # (n, k)
+    hits = ranked == truth[:, None]
+    predicted = ranked[:, 0]
+    recalls = [float((predicted[truth == c] == c).double().mean()) for c in truth.unique().tolist()]
+    return {
+        "top1": float(hits[:, 0].double().mean()),
+        "top5": float(hits.any(dim=1).double().mean()) if s.shape[1] >= 5 else float("nan"),
+        "mean_per_class_recall": float(np.mean(recalls)),
+    }

@@ -31,7 +31,7 @@ class EvalConfig:
     """What `lace eval` measures and where the benchmark files are."""
 
     benchmarks: tuple[str, ...] = ("retrieval",)
-    """Benchmarks to run, comma-separated: retrieval, sugarcrepe, aro, winoground, valse, world."""
+    """Benchmarks to run, comma-separated: retrieval, sugarcrepe, aro, winoground, valse, world, zeroshot."""
     data: str | None = None
     """Retrieval dataset: COCO/Flickr30k Karpathy JSON, COCO captions JSON, CSV/TSV; also used for diagnostics."""
     split: str | None = "test"
@@ -64,6 +64,14 @@ class EvalConfig:
     """Score every VALSE item, not only those annotators validated (the authors' mturk caption >= 2)."""
     world: str | None = None
     """Shapes world folder written by `lace world` (benchmarks/<split>.json, *_winoground.json)."""
+    zeroshot_root: str | None = None
+    """Zero-shot image folder, one subfolder per class (default: --world, for its shape/colour/count tasks)."""
+    zeroshot_classnames: str | None = None
+    """Class names of --zeroshot-root: JSON list, JSON folder->name, CLIP_benchmark JSON, or one a line."""
+    zeroshot_templates: str | None = None
+    """Prompt templates with {c}: JSON list, CLIP_benchmark JSON, or one a line (default: 'a photo of a {c}.')."""
+    zeroshot_per_class: int = 20
+    """Images per class of a world's zero-shot tasks (written into <world>/zeroshot on first use)."""
     world_split: str = "test"
     """World split whose binding items are scored (val, test or test_comp)."""
     vocabulary: str | None = None
@@ -105,6 +113,9 @@ BENCHMARK_INPUTS: dict[str, BenchmarkInputs] = {
     "winoground": lambda c: (c.winoground_root, {}, "--winoground-root"),
     "valse": lambda c: (c.valse_root, {"image_root": c.valse_images, "all_items": c.valse_all_items}, "--valse-root"),
     "world": lambda c: (c.world, {"split": c.world_split}, "--world"),
+    "zeroshot": lambda c: (c.zeroshot_root or c.world, {
+        "classnames": c.zeroshot_classnames, "templates": c.zeroshot_templates, "per_class": c.zeroshot_per_class},
+        "--zeroshot-root (an image folder per class) or --world"),
 }
 
 

@@ -5,7 +5,15 @@
     figures = benchmark.evaluate(encoder, benchmark.load("data/sugarcrepe"))
 """
 
-from lace.eval.benchmarks import aro, retrieval, sugarcrepe, valse, winoground, world  # noqa: F401  (registers)
+from lace.eval.benchmarks import (  # noqa: F401  (registers)
+    aro,
+    retrieval,
+    sugarcrepe,
+    valse,
+    winoground,
+    world,
+    zeroshot,
+)
 from lace.eval.benchmarks.base import BENCHMARKS, Benchmark, get_benchmark, register_benchmark
 
 __all__ = ["BENCHMARKS", "Benchmark", "get_benchmark", "register_benchmark"]

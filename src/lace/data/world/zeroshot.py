@@ -1,0 +1,128 @@
+"""Zero-shot classification tasks of a shapes world: shape, colour and count.
+
+Rendered from the world's own config (`world.json`) into one image folder per task, one
+subfolder per class, the layout `lace eval --benchmarks zeroshot` reads for any image
+folder:
+
+    zeroshot/<task>/<class folder>/<k>.png   (count: folders 1, 2, 3, 4)
+    zeroshot/<task>/classnames.json     {class folder: class name}
+    zeroshot/<task>/templates.json      prompt templates with "{c}"
+    zeroshot/tasks.json                 written last: the tasks, classes and images per class
+
+- shape: one-object scenes; classes are the world's shapes ("a square").
+- colour: one-object scenes; classes are the world's colours ("a red shape").
+- count: scenes of one to four objects (as many as the world has distinct shapes and
+  colours for); classes "one shape", "two shapes", ... The world's captions never state
+  a count, so this task asks what the space knows without being taught.
+
+Scenes follow the test distribution (seen colour-shape pairs, no skew), each drawn from
+its own seeded stream, so a world's tasks are the same however often they are written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from lace.config import config_from_dict, config_to_dict
+from lace.data.world.config import WorldConfig
+from lace.data.world.render import render_scene
+from lace.data.world.scene import SPLIT_CODES, colour_shape_combinations, sample_scene
+from lace.data.world.writer import encode_png
+from lace.errors import LaceInputError
+from lace.io import atomic_write_bytes, atomic_write_json, read_json
+
+ZEROSHOT_DIR = "zeroshot"
+TASKS = ("shape", "colour", "count")
+STREAM_ZEROSHOT = 4  # after the scene, caption, benchmark and combination streams of scene.py
+COUNT_WORDS = ("one", "two", "three", "four")
+MAX_COUNT = 4  # the most objects a world scene holds
+TEMPLATES = {
+    "shape": ["a {c}.", "a photo of a {c}."],
+    "colour": ["a {c} shape.", "a photo of a {c} shape."],
+    "count": ["{c}.", "a photo of {c}."],
+}
+MAX_DRAWS_PER_IMAGE = 200  # rejection sampling: a class is drawn about 1 in 8 times
+
+
+def world_config(world_dir: str | Path) -> WorldConfig:
+    """The config a finished world was written with (its `world.json`)."""
+    path = Path(world_dir) / "world.json"
+    record = read_json(path) if path.is_file() else None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise LaceInputError(f"{path}: expected a finished shapes world (world.json with its 'config'); "
+                             f"write one with `lace world --out {Path(world_dir)}`")
+    return config_from_dict(WorldConfig, record["config"], source=str(path))
+
+
+def _rng(config: WorldConfig, task: str, index: int) -> np.random.Generator:
+    return np.random.default_rng([config.seed, SPLIT_CODES["test"], index, STREAM_ZEROSHOT, TASKS.index(task)])
+
+
+def _count_class(n: int) -> str:
+    return f"{COUNT_WORDS[n - 1]} shape" + ("s" if n > 1 else "")
+
+
+def zeroshot_scenes(config: WorldConfig, task: str, per_class: int) -> dict[str, list[dict]]:
+    """Class name -> `per_class` scenes of that class, for `task` in TASKS."""
+    if task not in TASKS:
+        raise LaceInputError(f"world zero-shot task {task!r}: expected one of {TASKS}")
+    if task == "count":
+        counts = range(1, min(MAX_COUNT, len(config.shapes), len(config.colours)) + 1)
+        scenes = {}
+        for n in counts:
+            counted = config.replace(objects_per_scene=n)
+            combinations = colour_shape_combinations(counted)
+            scenes[_count_class(n)] = [
+                sample_scene(_rng(config, task, 1000 * n + k), counted, "test", combinations, k)
+                for k in range(per_class)]
+        return scenes
+    single = config.replace(objects_per_scene=1)
+    combinations = colour_shape_combinations(single)
+    classes = list(config.shapes if task == "shape" else config.colours)
+    scenes = {name: [] for name in classes}
+    draws = 0
+    while any(len(found) < per_class for found in scenes.values()):
+        if draws > MAX_DRAWS_PER_IMAGE * per_class * len(classes):
+            raise LaceInputError(f"world zero-shot task {task!r}: some classes never appear in single-object "
+                                 f"test scenes ({[c for c, s in scenes.items() if len(s) < per_class]})")
+        scene = sample_scene(_rng(config, task, draws), single, "test", combinations, draws)
+        draws += 1
+        found = scenes[scene["objects"][0][task]]
+        if len(found) < per_class:
+            found.append(scene)
+    return scenes
+
+
+def ensure_zeroshot_tasks(world_dir: str | Path, per_class: int = 20, progress: bool = False) -> Path:
+    """`<world>/zeroshot`, written first if missing or made with another `per_class`. Returns the folder."""
+    world_dir = Path(world_dir)
+    out = world_dir / ZEROSHOT_DIR
+    config = world_config(world_dir)
+    index_path = out / "tasks.json"
+    wanted = {"per_class": per_class, "world": config_to_dict(config)}
+    if index_path.is_file():
+        index = read_json(index_path)
+        if isinstance(index, dict) and {k: index.get(k) for k in wanted} == wanted:
+            return out
+    if out.exists():
+        if not index_path.is_file():
+            raise LaceInputError(f"{out}: exists but holds no finished zero-shot tasks (no tasks.json, perhaps an "
+                                 f"interrupted run); remove the folder to have it written again")
+        shutil.rmtree(out)  # tasks this function wrote for another size
+    tasks = {}
+    for task in TASKS:
+        scenes = zeroshot_scenes(config, task, per_class)
+        # count classes live in folders 1, 2, ... so that folder order is count order
+        folders = {name: str(k + 1) if task == "count" else name.replace(" ", "_") for k, name in enumerate(scenes)}
+        for name, class_scenes in scenes.items():
+            for k, scene in enumerate(class_scenes):
+                png = encode_png(render_scene(scene, config), config.png_compression)
+                atomic_write_bytes(out / task / folders[name] / f"{k:04d}.png", png)
+        atomic_write_json(out / task / "classnames.json", {folder: name for name, folder in folders.items()})
+        atomic_write_json(out / task / "templates.json", TEMPLATES[task])
+        tasks[task] = list(scenes)
+    atomic_write_json(index_path, {**wanted, "tasks": tasks})
+    return out
