@@ -2,8 +2,9 @@
 
 Layout: `<root>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json`,
 each a dict id -> {"filename", "caption", "negative_caption"}, and the COCO val2017 images
-(default `<root>/val2017`). Score: share of items with s(image, caption) >
-s(image, negative_caption), per file, and their mean.
+(default `<root>/val2017`). Score as the authors' `main_eval.py`: share of items with
+s(image, caption) > s(image, negative_caption) (a tie is wrong), per file; `mean` over the
+seven files is lace's addition.
 """
 
 from __future__ import annotations

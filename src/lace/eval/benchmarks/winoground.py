@@ -2,7 +2,9 @@
 
 Layout of the Hugging Face release: `<root>/examples.jsonl` (one JSON object per line
 with "id", "caption_0", "caption_1", "image_0", "image_1") and `<root>/images/<image>.png`.
-Text, image and group scores exactly as the paper defines them (`winoground_scores`).
+Text, image and group scores exactly as the paper defines them and the release's scoring
+computes them (`winoground_scores`: strict comparisons, so ties fail); all examples count and
+the tags are not used.
 """
 
 from __future__ import annotations
