@@ -21,6 +21,7 @@ its own seeded stream, so a world's tasks are the same however often they are wr
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -96,8 +97,14 @@ def zeroshot_scenes(config: WorldConfig, task: str, per_class: int) -> dict[str,
     return scenes
 
 
-def ensure_zeroshot_tasks(world_dir: str | Path, per_class: int = 20, progress: bool = False) -> Path:
-    """`<world>/zeroshot`, written first if missing or made with another `per_class`. Returns the folder."""
+def ensure_zeroshot_tasks(world_dir: str | Path, per_class: int = 20) -> Path:
+    """`<world>/zeroshot`, written first if missing or made with another `per_class`. Returns the folder.
+
+    Only `world.json` is read, so a read-only world can be scored from a writable folder
+    holding a copy of its `world.json`.
+    """
+    if per_class < 1:
+        raise LaceInputError(f"world zero-shot tasks: expected at least 1 image per class (got {per_class})")
     world_dir = Path(world_dir)
     out = world_dir / ZEROSHOT_DIR
     config = world_config(world_dir)
@@ -107,6 +114,9 @@ def ensure_zeroshot_tasks(world_dir: str | Path, per_class: int = 20, progress: 
         index = read_json(index_path)
         if isinstance(index, dict) and {k: index.get(k) for k in wanted} == wanted:
             return out
+    if not os.access(world_dir, os.W_OK):
+        raise LaceInputError(f"{world_dir}: not writable, so its zero-shot tasks cannot be written; copy its "
+                             f"world.json into a writable folder and pass that folder instead")
     if out.exists():
         if not index_path.is_file():
             raise LaceInputError(f"{out}: exists but holds no finished zero-shot tasks (no tasks.json, perhaps an "
