@@ -8,6 +8,7 @@ option wins for every item.
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from lace.errors import LaceInputError
 from lace.eval.benchmarks import get_benchmark
 from lace.eval.benchmarks.aro import SYMMETRIC_RELATIONS
 from lace.eval.order_perturbations import SpacyTagger, pre_caption
+from lace.eval.runner import EvalConfig, run_evaluation
 from tests.test_benchmark_readers import BLUE, GREEN, RED, ColourEncoder
 
 RELEASES = Path(__file__).parent / "fixtures" / "releases"
@@ -198,3 +200,16 @@ def test_winoground_reads_the_release_and_scores_as_the_paper(tmp_path):
     assert benchmark.evaluate(ColourEncoder(right), data) == {"text": 1.0, "image": 1.0, "group": 1.0}
     tied = {"an old person kisses a young person": BLUE, "a young person kisses an old person": BLUE}
     assert benchmark.evaluate(ColourEncoder(tied), data) == {"text": 0.0, "image": 0.0, "group": 0.0}
+
+
+def test_lace_eval_config_carries_the_valse_filter_and_the_aro_tagger(tmp_path):
+    root = make_valse(tmp_path)
+    encoder = ColourEncoder(valse_table(root))
+    base = EvalConfig(benchmarks=("valse",), valse_root=str(root), diagnostics=False)
+    validated = run_evaluation(encoder, base, model="colours")["benchmarks"]["valse"]
+    everything = run_evaluation(encoder, replace(base, valse_all_items=True), model="colours")["benchmarks"]["valse"]
+    assert validated["foil-it"] == 0.5 and everything["foil-it"] == pytest.approx(1 / 3)
+    aro = copy_release("aro", tmp_path)
+    with pytest.raises(LaceInputError, match="unknown tagger"):
+        run_evaluation(encoder, EvalConfig(benchmarks=("aro",), aro_coco=str(aro / "coco_karpathy_test.json"),
+                                           aro_tagger="nltk", diagnostics=False), model="colours")

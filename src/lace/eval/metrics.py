@@ -139,12 +139,11 @@ def zeroshot_scores(scores, labels) -> dict[str, float]:
         raise ValueError(f"expected (n, C) scores and (n,) labels, got {tuple(s.shape)} and {tuple(truth.shape)}")
     if not len(truth):
         return {"top1": float("nan"), "top5": float("nan"), "mean_per_class_recall": float("nan")}
-    ranked = s.topk(min(5, s.shape[1]), dim=1).indices  # (n, k)
-    hits = ranked == truth[:, None]
-    predicted = ranked[:, 0]
+    predicted = s.argmax(dim=1)  # (n,) the first of tied classes
+    top5 = (s.topk(5, dim=1).indices == truth[:, None]).any(dim=1) if s.shape[1] >= 5 else None  # (n,)
     recalls = [float((predicted[truth == c] == c).double().mean()) for c in truth.unique().tolist()]
     return {
-        "top1": float(hits[:, 0].double().mean()),
-        "top5": float(hits.any(dim=1).double().mean()) if s.shape[1] >= 5 else float("nan"),
+        "top1": float((predicted == truth).double().mean()),
+        "top5": float(top5.double().mean()) if top5 is not None else float("nan"),
         "mean_per_class_recall": float(np.mean(recalls)),
     }
