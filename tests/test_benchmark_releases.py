@@ -69,11 +69,13 @@ def test_valse_reads_the_release_and_scores_validated_items_per_piece(tmp_path):
     benchmark = get_benchmark("valse")
     data = benchmark.load(root)
     assert {name: len(items.captions) for name, items in data.items()} == {
-        "actant-swap": 1, "coreference-standard": 1, "existence": 2, "foil-it": 2, "plurals": 1}
+        "actant-swap": 1, "action-replacement": 1, "coreference-standard": 1, "counting-hard": 1, "existence": 2,
+        "foil-it": 2, "plurals": 1, "relations": 1}
     assert data["existence"].negatives[0] == "There are people in the picture."
     figures = benchmark.evaluate(ColourEncoder(valse_table(root)), data)
-    assert figures == {"actant-swap": 1.0, "coreference-standard": 1.0, "existence": 1.0, "foil-it": 0.5,
-                       "plurals": 1.0, "mean": pytest.approx(4.5 / 5)}
+    assert figures == {"actant-swap": 1.0, "action-replacement": 1.0, "coreference-standard": 1.0,
+                       "counting-hard": 1.0, "existence": 1.0, "foil-it": 0.5, "plurals": 1.0, "relations": 1.0,
+                       "mean": pytest.approx(7.5 / 8)}
 
 
 def test_valse_all_items_keeps_what_annotators_rejected(tmp_path):
