@@ -191,13 +191,13 @@ class ARO(Benchmark):
                     figures[f"{name}/macro"] = macro_accuracy(correct, choice.groups, ATTRIBUTE_MIN_COUNT)
             else:
                 # argmax over [true, perturbed...]: a tie goes to the true caption, every item counts
-                figures[name] = float((true_scores >= alternative_scores.max(axis=1)).mean())
+                wins = true_scores >= alternative_scores.max(axis=1)
+                figures[name] = float(wins.mean()) if len(wins) else float("nan")
                 differing = _differing_scores(choice, alternative_scores)
                 contested = np.isfinite(differing).any(axis=1)
                 strict = true_scores[contested] > differing[contested].max(axis=1)
                 figures[f"{name}/strict"] = float(strict.mean()) if contested.any() else float("nan")
         return figures
-
 
 
 def _order_tagger(tagger: str, vocabulary: str):
