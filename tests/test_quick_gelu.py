@@ -9,19 +9,14 @@ from pathlib import Path
 
 import open_clip
 import torch
-from open_clip.model import QuickGELU
 
 from lace.encoders import load_encoder
-from lace.encoders.open_clip_encoder import quick_gelu_for
+from lace.encoders.open_clip_encoder import quick_gelu_for, uses_quick_gelu
 from lace.io import read_json
 from lace.train import export_run, train
 from tests.test_train import config_for, pairs_csv  # noqa: F401  (fixture)
 
 MODEL = "lace-micro-32"
-
-
-def uses_quick_gelu(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, QuickGELU) for m in module.modules())
 
 
 def embeddings(encoder) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,6 +42,7 @@ def test_the_registry_decides_for_tags_without_downloading():
     assert quick_gelu_for("ViT-B-32", "laion2b_s34b_b79k") is False
     assert quick_gelu_for("ViT-B-32-quickgelu", None) is True
     assert quick_gelu_for(MODEL, None) is False
+    assert quick_gelu_for("hf-hub:timm/anything", "x") is False  # its own config decides; nothing is fetched
 
 
 def test_a_quick_gelu_checkpoint_loads_with_quick_gelu_and_the_activation_changes_embeddings(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import open_clip
 import torch
+from open_clip.model import QuickGELU
 
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
@@ -23,6 +24,7 @@ from lace.io import read_json
 MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(MODEL_CONFIG_DIR)  # registers the lace-tiny family by name
 TOKEN_CACHE_SIZE = 500_000
+SCHEMA_PREFIXES = ("hf-hub:", "local-dir:")
 _TOKEN_CACHES: dict[str, dict[str, torch.Tensor]] = {}  # per model name: the tokenizer is fixed by the name
 
 
@@ -84,7 +86,11 @@ def quick_gelu_for(model: str, pretrained: str | None, _depth: int = 0) -> bool:
     `pretrained` is a tag open_clip's registry marks as trained with it (`openai`, ...), or
     when `pretrained` is a checkpoint whose side JSON `<checkpoint>.json` says so: its
     `quick_gelu` field, or for exports older than that field, the tag it was trained from.
+    Names with a schema (`hf-hub:`, `local-dir:`) bring their own config, activation included,
+    and are left to it.
     """
+    if model.startswith(SCHEMA_PREFIXES):
+        return False
     if (open_clip.get_model_config(model) or {}).get("quick_gelu"):
         return True
     if pretrained is None or pretrained.lower() == "none" or _depth > 4:
@@ -110,7 +116,7 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
     None / "none" for random initialisation.
     """
     known = open_clip.list_models()
-    if model not in known and not model.startswith(("hf-hub:", "local-dir:")):
+    if model not in known and not model.startswith(SCHEMA_PREFIXES):
         close = [name for name in known if model.lower()[:4] in name.lower()][:8]
         raise LaceInputError(
             f"unknown model name {model!r}: expected an open_clip architecture "
@@ -137,4 +143,9 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
     finally:
         logging.disable(logging.NOTSET)
     tokenizer = open_clip.get_tokenizer(model)
-    return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer, quick_gelu=quick_gelu)
+    return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer, quick_gelu=uses_quick_gelu(clip))
+
+
+def uses_quick_gelu(model: torch.nn.Module) -> bool:
+    """Whether any layer of `model` is open_clip's QuickGELU."""
+    return any(isinstance(module, QuickGELU) for module in model.modules())

@@ -51,6 +51,6 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "latest",
     atomic_write_json(out.with_name(out.name + ".json"), {
         "model": config["model"], "pretrained": config.get("pretrained"), "run": str(run_dir),
         "checkpoint": manifest.stem, "step": loaded.step,
-        "quick_gelu": quick_gelu_for(config["model"], config.get("pretrained")),
+        "quick_gelu": quick_gelu_for(config["model"], config.get("pretrained")) or getattr(encoder, "quick_gelu", False),
     })
     return out
