@@ -11,13 +11,14 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lace.config import config_to_dict
+from lace.edits.config import EditConfig
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import BENCHMARKS, get_benchmark
@@ -82,8 +83,8 @@ class EvalConfig:
     """Edit-retrieval transplants 'a=b' (default: chosen among same-type concepts in the captions)."""
     auto_transplants: int = 3
     """How many transplants to choose when none are named."""
-    transplant_strength: float = 1.0
-    """Weight multiplier of edit-retrieval transplants (the edit's size knob)."""
+    edit: EditConfig = field(default_factory=EditConfig)
+    """The editor of counterfactual brittleness and edit retrieval (`--edit-strength` sizes the transplants)."""
     counterfactual_edits: int = 4
     """Counterfactual edits per caption for counterfactual brittleness."""
 
@@ -117,7 +118,7 @@ def _load(name: str, config: EvalConfig):
 
 # Fields that change what is measured but not which images and captions are embedded.
 NOT_EMBEDDING_INPUTS = ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks", "dictionary",
-                        "transplants", "auto_transplants", "transplant_strength", "counterfactual_edits")
+                        "transplants", "auto_transplants", "edit", "counterfactual_edits")
 
 
 def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
@@ -218,9 +219,9 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
         raise LaceInputError("--dictionary adds to the diagnostics: drop --no-diagnostics")
     if config.data is None and config.world is None:
         raise LaceInputError("--dictionary needs an image-caption set to diagnose: pass --data or --world")
-    if config.auto_transplants < 0 or config.counterfactual_edits < 1 or config.transplant_strength <= 0:
-        raise LaceInputError("expected --auto-transplants >= 0, --counterfactual-edits >= 1 and "
-                             "--transplant-strength > 0")
+    if config.auto_transplants < 0 or config.counterfactual_edits < 1:
+        raise LaceInputError("expected --auto-transplants >= 0 and --counterfactual-edits >= 1")
+    config.edit.validate("eval config: edit")
     labelled = load_dictionary_for_model(config.dictionary, encoder.embed_dim, model)
     concept_names = caption_concepts([], _rule_negatives(config))[1]
     check_transplants(labelled, config.transplants, concept_names)
@@ -248,6 +249,6 @@ def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalC
         figures.update(dictionary_diagnostics(
             labelled, images, texts, owner, [record.captions for record in dataset.records], rule_negatives,
             transplants=config.transplants, auto_transplants=config.auto_transplants,
-            strength=config.transplant_strength, n_edits=config.counterfactual_edits, k=config.k, seed=config.seed,
+            config=config.edit, n_edits=config.counterfactual_edits, k=config.k, seed=config.seed,
         ))
     return figures

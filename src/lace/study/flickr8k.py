@@ -15,17 +15,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.flickr8k import read_flickr8k
-from lace.demo.stages import StageRunner, stage_key
-from lace.dictionary.build import load_labelled_dictionary
-from lace.edits import CounterfactualEditor
+from lace.edits import build_editor
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
+from lace.experiment.stages import StageRunner, stage_key
+from lace.experiment.variants import variant_config
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
-from lace.study.config import VARIANTS, HeadsTraining, StudyConfig, heads_from
+from lace.study.config import HeadsTraining, StudyConfig, heads_from
 from lace.study.features import (
     SplitFeatures,
     TextFeatureBank,
@@ -44,6 +45,7 @@ from lace.study.heads import (
 from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
+from lace.train import TrainConfig
 from lace.train.rule_negatives import RuleNegatives
 
 MARKER = "study.json"
@@ -147,14 +149,14 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
 
     dictionary = runner.run("dictionary", dictionary_key, dictionary_stage)
     labelled = load_labelled_dictionary(dictionary_folder)
-    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions)
+    editor = build_editor(labelled, config.edit)
 
     def measure() -> dict:
         return measure_model(encoder, test, bank, rules, items, editor, config.n_edits,
                              config.rule_brittleness_captions, config.neighbours)
 
     # 3. geometry and brittleness of the base ---------------------------------------------
-    measure_key = stage_key(dictionary_key, config.n_edits, config.rule_brittleness_captions, config.items_per_kind,
+    measure_key = stage_key(dictionary_key, config.n_edits, config.edit, config.rule_brittleness_captions, config.items_per_kind,
                             config.neighbours)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
@@ -168,7 +170,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     settings = heads_from(base_settings, config.finetune)
     finetunes: dict[str, list[dict]] = {}
     for variant in config.variants:
-        switches = Switches(**VARIANTS[variant])
+        switches = Switches.of(variant_config(TrainConfig(), variant))
         for seed in range(config.seeds):
             def finetune_stage(switches=switches, seed=seed) -> dict:
                 load_heads(encoder, out / base["checkpoint"])

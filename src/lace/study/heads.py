@@ -47,6 +47,11 @@ class Switches:
     counterfactual_images: bool = False
     rule_negatives: bool = False
 
+    @classmethod
+    def of(cls, config) -> Switches:
+        """The switches of a `TrainConfig` (its rule-made caption negatives read from cached features)."""
+        return cls(config.counterfactual_captions, config.counterfactual_images, config.caption_negatives)
+
 
 def caption_rows_by_image(caption_image_index: np.ndarray, n_images: int) -> list[np.ndarray]:
     """For each image, the rows of its captions."""

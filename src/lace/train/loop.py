@@ -43,7 +43,7 @@ from lace.train.data import (
     drop_missing_images,
 )
 from lace.train.distributed import barrier, gather_rows, gather_with_grad, sum_over_processes
-from lace.train.editor import build_editor, refresh_editor
+from lace.train.editor import refresh_editor, run_editor
 from lace.train.negatives import (
     Negatives,
     check_editor_dimension,
@@ -129,7 +129,7 @@ class Trainer:
             self.total_steps = math.ceil(config.epochs * self.order.batches_per_epoch / config.grad_accumulation)
         self.editor = None
         if config.uses_counterfactuals:
-            self.editor = editor if editor is not None else build_editor(config, self.encoder)
+            self.editor = editor if editor is not None else run_editor(config, self.encoder)
             check_editor_dimension(self.editor, self.encoder.embed_dim, config.dictionary or "editor")
         self.rules = None
         if config.caption_negatives:
