@@ -168,8 +168,8 @@ def test_plain_statement_calls_small_differences_noise():
 
 def test_sugarcrepe_style_items_change_one_thing_and_are_deterministic():
     from lace.concepts.vocabulary import load_vocabulary
+    from lace.edits.captions import RuleNegatives
     from lace.study.measure import SUGARCREPE_KINDS, sugarcrepe_style_items
-    from lace.train.rule_negatives import RuleNegatives
 
     rules = RuleNegatives(load_vocabulary("natural"))
     captions = ["a black dog runs on the grass next to a white horse", "a man in a red shirt stands on the beach",

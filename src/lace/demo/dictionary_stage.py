@@ -19,6 +19,7 @@ from lace.demo.config import DemoConfig
 from lace.demo.embed import embed_pixels
 from lace.demo.world_data import world_split
 from lace.edits import CounterfactualEditor, build_editor
+from lace.edits.captions import RuleNegatives
 from lace.edits.report import edit_report
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
@@ -30,7 +31,6 @@ from lace.experiment.dictionary import (
     fit_labelled_dictionary,
 )
 from lace.report.plots import atom_bars, image_grid
-from lace.train.rule_negatives import RuleNegatives
 
 ATOM_BAR_EDITS = ("attenuate:{colour}", "swap:{colour}={other_colour}", "transplant:{shape}={new_shape}")
 TRANSPLANTS = ("square=star", "red=blue")

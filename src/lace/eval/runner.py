@@ -150,7 +150,7 @@ def _diagnostic_dataset(config: EvalConfig, loaded: dict):
 
 def _rule_negatives(config: EvalConfig):
     from lace.concepts.vocabulary import load_vocabulary
-    from lace.train.rule_negatives import RuleNegatives
+    from lace.edits.captions import RuleNegatives
 
     vocabulary = config.vocabulary
     if vocabulary is None:

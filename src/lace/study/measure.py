@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from lace.edits.captions import RuleNegatives
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.eval.brittleness import counterfactual_brittleness, rule_edit_brittleness
 from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
@@ -26,7 +27,6 @@ from lace.study.features import (
     TextFeatureBank,
 )
 from lace.study.heads import embed_split
-from lace.train.rule_negatives import RuleNegatives
 
 # SugarCrepe's file names for the rule kinds that have a counterpart there (it also has
 # add_att / add_obj, which a replace-or-swap rule editor cannot make).

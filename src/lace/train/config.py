@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lace.edits.captions import KINDS as RULE_KINDS
 from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.train.rule_negatives import KINDS as RULE_KINDS
 
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")

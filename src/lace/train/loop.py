@@ -28,6 +28,7 @@ from tqdm import tqdm
 from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
+from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
@@ -51,7 +52,6 @@ from lace.train.negatives import (
     rule_made_captions,
 )
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
-from lace.train.rule_negatives import RuleNegatives
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ import torch
 
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_karpathy
+from lace.edits.captions import RuleNegatives
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
@@ -37,7 +38,6 @@ from lace.eval.embedding_cache import EmbeddingCache, ImageKey
 from lace.eval.metrics import macro_accuracy
 from lace.eval.order_perturbations import VocabularyTagger, order_perturbations, pre_caption
 from lace.io import read_json
-from lace.train.rule_negatives import RuleNegatives
 
 VG_FILES = {"vg_relation": "visual_genome_relation.json", "vg_attribution": "visual_genome_attribution.json"}
 KARPATHY_URL = "cs.stanford.edu/people/karpathy/deepimagesent"
