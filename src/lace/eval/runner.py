@@ -23,7 +23,6 @@ from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import BENCHMARKS, get_benchmark
 from lace.eval.benchmarks.retrieval import dataset_embeddings
-from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
 from lace.eval.embedding_cache import EmbeddingCache
 
 
@@ -230,19 +229,18 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
 
 def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool,
              labelled=None) -> dict:
-    """Geometry figures and rule-edit brittleness on one image-caption set; with a labelled
-    dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`)."""
-    from lace.eval.brittleness import rule_edit_brittleness
+    """Geometry figures and rule-edit brittleness on one image-caption set (`lace.eval.measure`); with a
+    labelled dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`)."""
+    from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
 
     images, texts = dataset_embeddings(cache, dataset)
     owner = dataset.caption_image_index
     figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
-    figures.update(geometry_diagnostics(images, texts, owner, GeometryOptions(
-        k=config.k, baseline=config.baseline, seed=config.seed)))
     rule_negatives = _rule_negatives(config)
-    brittleness = rule_edit_brittleness(encoder, images, dataset.captions, texts, owner, rule_negatives,
-                                        seed=config.seed, progress=progress)
-    figures.update({f"brittleness/{key}": value for key, value in brittleness.items()})
+    figures.update(measure(MeasuredSplit(images, texts, owner, dataset.captions, encoder),
+                           MeasureConfig(("geometry", "rule_brittleness"), k=config.k, baseline=config.baseline,
+                                         seed=config.seed),
+                           rules=rule_negatives, progress=progress))
     if labelled is not None:
         from lace.eval.dictionary_diagnostics import dictionary_diagnostics
 
