@@ -22,7 +22,7 @@ def add_parser(subparsers) -> None:
             "Tower features of every Flickr8k image and caption (cached), base heads chosen on validation, "
             "their hubness, one-way neighbours and brittleness, a concept dictionary with atom alignment, "
             "edit retrieval with named transplants, and fine-tunes from the base (plain, rule-made caption "
-            "negatives, LACE, LACE + rule negatives, LACE on captions only and on images only) over seeds. "
+            "negatives, LACE, LACE + caption negatives, LACE on captions only and on images only) over seeds. "
             "Stages are cached in --out/stages: running again resumes and reuses."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -111,6 +111,8 @@ def train_heads(
         loss = lace_loss(U, V, scale, caption_extra, caption_valid, image_extra, image_valid)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if settings.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(encoder.parameters(), settings.grad_clip_norm)
         optimizer.step()
         clamp_logit_scale(encoder.logit_scale)
         losses.append(loss.item())
