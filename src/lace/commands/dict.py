@@ -20,6 +20,7 @@ from lace.embeddings import EmbeddingStore
 from lace.errors import input_error
 from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
 from lace.io import atomic_write_json, prepare_output_dir
+from lace.report.plots import atom_bars
 
 
 def add_parser(subparsers) -> None:
@@ -148,31 +149,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             line += f"  -> {float(after[k]):.3f}"
         print(line)
     if args.png:
-        _bar_chart(args.png, active, [names[int(labelling.atom_concept[k])] for k in active], before, after,
-                   f"{args.modality} {args.index}" + (f": {args.edit}" if args.edit else ""))
+        panels = [("before", before.numpy())] + ([(f"after {args.edit}", after.numpy())] if after is not None else [])
+        atom_bars(panels, [names[int(c)] for c in labelling.atom_concept.tolist()], args.png,
+                  title=f"{args.modality} {args.index}")
         print(f"wrote {args.png}")
     return 0
-
-
-def _bar_chart(path: str, atoms: list[int], labels: list[str], before, after, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lace.io import atomic_path
-
-    positions = np.arange(len(atoms))
-    width = 0.4 if after is not None else 0.8
-    figure, axis = plt.subplots(figsize=(max(4, 0.6 * len(atoms) + 2), 3.5))
-    axis.bar(positions - (width / 2 if after is not None else 0), [float(before[k]) for k in atoms], width, label="before")
-    if after is not None:
-        axis.bar(positions + width / 2, [float(after[k]) for k in atoms], width, label="after")
-        axis.legend()
-    axis.set_xticks(positions, [f"{label}\n#{k}" for k, label in zip(atoms, labels)], rotation=45, ha="right", fontsize=8)
-    axis.set_ylabel("code a_k")
-    axis.set_title(title)
-    figure.tight_layout()
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120)
-    plt.close(figure)
