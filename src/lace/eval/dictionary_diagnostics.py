@@ -56,11 +56,15 @@ def transplant_editor(labelled: LabelledDictionary, pair: str, config: EditConfi
 
 def transplant_edits(editor: CounterfactualEditor, z: torch.Tensor, pair: str, seed: int = 0) -> dict:
     """Transplant 'a=b' of each image embedding z (B, d) and its two controls, as `Counterfactuals`
-    by name (transplant, random, arithmetic); the random control is seeded with `seed`."""
+    by name (transplant, random, arithmetic); the random control is seeded with `seed`.
+
+    A named edit is the same whatever the generator; the controls get their own, so that only the
+    transplant draws from torch's global generator, as it always has (later stages depend on it)."""
     edit = f"transplant:{pair}"
     return {"transplant": editor.apply(z, "image", edit),
             "random": editor.apply(z, "image", edit, control="random", generator=torch.Generator().manual_seed(seed)),
-            "arithmetic": editor.apply(z, "image", edit, control="concept_arithmetic")}
+            "arithmetic": editor.apply(z, "image", edit, control="concept_arithmetic",
+                                       generator=torch.Generator().manual_seed(seed))}
 
 
 def check_transplants(labelled: LabelledDictionary, transplants: Sequence[str], concept_names: Sequence[str]) -> None:
