@@ -14,12 +14,12 @@ import torch.nn.functional as F
 from PIL import Image
 
 from lace.concepts.vocabulary import vocabulary_from_dict
+from lace.edits.captions import RuleNegatives
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import BENCHMARKS, get_benchmark
 from lace.eval.benchmarks.sugarcrepe import SUGARCREPE_FILES
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.order_perturbations import VocabularyTagger, order_perturbations, pre_caption
-from lace.train.rule_negatives import RuleNegatives
 from tests.conftest import COLOURS
 
 RED, GREEN, BLUE = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)

@@ -140,3 +140,20 @@ def test_editable_concepts_follow_tau_use():
     torch.testing.assert_close(concept_weights(torch.tensor([[0.2, 0.3, 0.4]]), ownership), torch.tensor([[0.5, 0.4]]))
     profile = usage_profile(weights, (0.25, 0.5))
     assert profile[0.25]["share_two_or_more"] == 0.5 and profile[0.5]["share_two_or_more"] == 0.0
+
+
+def test_one_plural_table_for_directions_bindings_and_rule_edits():
+    from lace.concepts.bindings import BindingMatcher
+    from lace.edits.captions import RuleNegatives
+
+    vocabulary = vocabulary_from_dict({"objects": ["wolf", "cactus", "sheep", "potato"], "attributes": {"colour": ["grey"]}})
+    captions = ["two wolves", "three cacti", "sheep grazing", "potatoes and potatos"]
+    rows, concepts = mention_matrix(vocabulary, captions)
+    found = {(int(r), vocabulary.names[int(c)]) for r, c in zip(rows, concepts)}
+    assert found == {(0, "wolf"), (1, "cactus"), (2, "sheep"), (3, "potato")}
+    rules = RuleNegatives(vocabulary)
+    assert [[(m.concept, m.is_plural) for m in rules.mentions(c)] for c in captions[:2]] == [
+        [("wolf", True)], [("cactus", True)]]
+    matcher = BindingMatcher(vocabulary)
+    grey, wolf = vocabulary.names.index("grey"), vocabulary.names.index("wolf")
+    assert matcher.bindings("two grey wolves") == {(grey, wolf)}

@@ -51,3 +51,26 @@ def test_unknown_yaml_field_names_file_and_field(tmp_path):
     path.write_text("stpes: 5\n")
     with pytest.raises(LaceInputError, match=r"c.yaml.*stpes"):
         load_config(ExampleConfig, path)
+
+
+def test_nested_edit_config_from_flags_and_yaml(tmp_path):
+
+    from lace.edits import EditConfig
+    from lace.train.config import DEFAULT_EDIT_KINDS, TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, TrainConfig)
+    help_text = parser.format_help()
+    for knob in ("kinds", "gamma", "strength", "target", "tau-align", "tau-use", "effect-check", "atom-level",
+                 "swap-min-gap", "attenuate-margin"):
+        assert f"--edit-{knob}" in help_text
+    args = parser.parse_args(["--edit-strength", "2", "--no-edit-effect-check", "--steps", "3"])
+    config = config_from_args(TrainConfig, args)
+    assert config.steps == 3 and config.edit == EditConfig(kinds=DEFAULT_EDIT_KINDS, strength=2.0, effect_check=False)
+    path = tmp_path / "train.yaml"
+    path.write_text("edit: {strength: 3.0, kinds: [swap, rebind]}\nsteps: 5\n")
+    config = config_from_args(TrainConfig, parser.parse_args(["--edit-gamma", "0.5"]), yaml_path=path)
+    assert config.edit == EditConfig(kinds=("swap", "rebind"), strength=3.0, gamma=0.5) and config.steps == 5
+    path.write_text("edit: {strenght: 3.0}\n")
+    with pytest.raises(LaceInputError, match="strenght"):
+        load_config(TrainConfig, path)

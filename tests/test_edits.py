@@ -7,7 +7,7 @@ import torch
 
 from lace.concepts.labelling import label_atoms
 from lace.dictionary import ConceptDictionary
-from lace.edits import EDIT_KINDS, CounterfactualEditor, edit_report, parse_edit
+from lace.edits import EDIT_KINDS, CounterfactualEditor, EditConfig, edit_report, parse_edit
 from lace.errors import LaceInputError
 from tests.toy_concepts import toy_directions, toy_embeddings
 
@@ -24,7 +24,7 @@ def toy():
 
 def _editor(toy, **options) -> CounterfactualEditor:
     directions, dictionary, labelling, _, _ = toy
-    return CounterfactualEditor(dictionary, labelling, directions, **options)
+    return CounterfactualEditor(dictionary, labelling, directions, EditConfig(**options))
 
 
 def test_zero_step_rebuilds_the_input_exactly(toy):
@@ -134,9 +134,13 @@ def test_controls_use_the_same_edits_and_step_sizes(toy):
         assert torch.equal(other.records.kind, edits.records.kind)
         assert torch.equal(other.valid, edits.valid)
         torch.testing.assert_close(other.records.step_size, edits.records.step_size)
-        assert not torch.allclose(other.embeddings, edits.embeddings)
+        if control == editor.random_control:
+            assert not torch.allclose(other.embeddings, edits.embeddings)
+        else:  # vocabulary atoms are the concept directions: the arithmetic twin is the edit itself
+            torch.testing.assert_close(other.embeddings, edits.embeddings, atol=1e-5, rtol=1e-5)
     plan = editor._plan(images, "image", 4, torch.Generator().manual_seed(7))
-    for step in (editor._random_step(plan, torch.Generator().manual_seed(1)), editor._arithmetic_step(plan)):
+    for control in ("random", "concept_arithmetic"):
+        step = editor._control_step(plan, control, torch.Generator().manual_seed(1))
         torch.testing.assert_close(step.norm(dim=-1), plan.step.norm(dim=-1), atol=1e-5, rtol=1e-5)
     # a random edit of the same size rarely does what a transplant says
     random_edit = editor.random_control(images, "image", 4, torch.Generator().manual_seed(7))

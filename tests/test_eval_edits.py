@@ -15,7 +15,6 @@ from lace.eval.edit_retrieval import (
     edit_angle,
     edit_retrieval,
     edit_retrieval_shares,
-    rotate_towards,
 )
 
 
@@ -74,13 +73,27 @@ def test_counterfactual_brittleness_uses_the_editor_output():
     assert figures == {"counterfactual/all": 0.25, "counterfactual/n_triples": 4.0}
 
 
-def test_rotate_towards_keeps_the_step_size():
+def _rotate_towards(z, direction, angle):
+    """z (B, d) moved by `angle` (B,) towards `direction` (B, d)."""
+    orthogonal = F.normalize(direction - (direction * z).sum(-1, keepdim=True) * z, dim=-1)
+    return torch.cos(angle)[:, None] * z + torch.sin(angle)[:, None] * orthogonal
+
+
+def test_controls_keep_the_step_size():
+    from lace.edits.controls import arithmetic_step, random_step
+    from lace.edits.kernels import ATTENUATE, REBIND, SWAP, TRANSPLANT
+
     torch.manual_seed(0)
-    z = F.normalize(torch.randn(5, 8), dim=1)
-    angle = torch.full((5,), 0.3)
-    moved = rotate_towards(z, torch.randn(5, 8), angle)
-    torch.testing.assert_close(moved.norm(dim=1), torch.ones(5))
-    torch.testing.assert_close(edit_angle(z, moved), angle)
+    step = torch.randn(3, 4, 8)
+    size = step.norm(dim=-1)
+    moved = random_step(step, size, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(moved.norm(dim=-1), size)
+    kind = torch.tensor([[ATTENUATE, SWAP, TRANSPLANT, REBIND]] * 3)
+    source, target = F.normalize(torch.randn(3, 4, 8), dim=-1), F.normalize(torch.randn(3, 4, 8), dim=-1)
+    along = arithmetic_step(kind, step, size, source, target, torch.ones(3, 4), torch.zeros(3, 4))
+    torch.testing.assert_close(along.norm(dim=-1), size)
+    torch.testing.assert_close(along[:, 0], -source[:, 0] * size[:, 0, None])  # attenuate: against e_c
+    torch.testing.assert_close(along[:, 3], step[:, 3])  # rebind: its own step
 
 
 def test_edit_retrieval_finds_target_images_and_controls_do_not():
@@ -95,8 +108,11 @@ def test_edit_retrieval_finds_target_images_and_controls_do_not():
     transplanted = F.normalize(original - 0.7 * directions[1] + 0.7 * directions[2], dim=1)
     source, target = torch.tensor([1, 1]), torch.tensor([2, 2])
     keep = torch.tensor([[True, False, False]] * 2)  # the dog should stay
-    figures = edit_retrieval(original, transplanted, gallery, concepts, source, target, directions,
-                             keep=keep, source_rows=torch.tensor([0, 1]), k=3, seed=0)
+    angle = edit_angle(original, transplanted)
+    edits = {"transplant": transplanted,
+             "random": _rotate_towards(original, torch.randn(original.shape, generator=generator), angle),
+             "arithmetic": _rotate_towards(original, directions[target] - directions[source], angle)}
+    figures = edit_retrieval(original, edits, gallery, concepts, target, keep=keep, source_rows=torch.tensor([0, 1]), k=3)
     assert figures["transplant/target"] == 1.0 and figures["arithmetic/target"] == 1.0
     assert figures["transplant/keep"] == 1.0
     assert figures["random/target"] < 1.0

@@ -22,20 +22,20 @@ from lace.concepts.bindings import (
     load_bindings,
 )
 from lace.concepts.directions import directions_from_captions
-from lace.concepts.labelling import label_atoms
-from lace.concepts.vocabulary import vocabulary_from_dict
-from lace.data.world.captions import CocoPlan, realise_coco
-from lace.dictionary import ConceptDictionary
-from lace.dictionary.build import (
+from lace.concepts.labelled import (
     LabelledDictionary,
     load_labelled_dictionary,
     save_labelled_dictionary,
 )
-from lace.edits import EDIT_KINDS, CounterfactualEditor
+from lace.concepts.labelling import label_atoms
+from lace.concepts.vocabulary import vocabulary_from_dict
+from lace.data.world.captions import CocoPlan, realise_coco
+from lace.dictionary import ConceptDictionary
+from lace.edits import EDIT_KINDS, CounterfactualEditor, EditConfig
 from lace.embeddings import write_store
 from lace.errors import LaceInputError
 from lace.train.config import TrainConfig
-from lace.train.editor import build_editor
+from lace.train.editor import run_editor
 
 VOCABULARY = {
     "name": "bound",
@@ -100,8 +100,8 @@ def world():
                            dictionary=dictionary, labelling=labelling, bindings=bindings)
 
 
-def _editor(w, **options) -> CounterfactualEditor:
-    return CounterfactualEditor(w.dictionary, w.labelling, w.directions, **options)
+def _editor(w, bindings=None, **options) -> CounterfactualEditor:
+    return CounterfactualEditor(w.dictionary, w.labelling, w.directions, EditConfig(**options), bindings)
 
 
 def _scene_batch(w, scene, n: int = 16, modality: str = "image") -> torch.Tensor:
@@ -195,11 +195,11 @@ def test_bindings_save_and_load_with_the_dictionary_folder(world, tmp_path):
         torch.testing.assert_close(before, after)
     assert all(torch.equal(a, b) for a, b in zip(world.bindings.counts, loaded.counts))
     # the training editor picks them up from the folder and can rebind
-    config = TrainConfig(dictionary=str(tmp_path), edit_kinds=("swap", "rebind")).validate()
-    editor = build_editor(config, SimpleNamespace(embed_dim=DIM))
-    assert editor.can_rebind and editor.kinds == ("swap", "rebind")
-    with pytest.raises(LaceInputError, match="edit_kinds"):
-        TrainConfig(edit_kinds=("bind",)).validate()
+    config = TrainConfig(dictionary=str(tmp_path), edit=EditConfig(kinds=("swap", "rebind"))).validate()
+    editor = run_editor(config, SimpleNamespace(embed_dim=DIM))
+    assert editor.can_rebind and editor.config.kinds == ("swap", "rebind")
+    with pytest.raises(LaceInputError, match="edit.*kinds"):
+        TrainConfig(edit=EditConfig(kinds=("bind",))).validate()
 
 
 def test_rebind_moves_towards_the_rebound_scene(world):
@@ -286,7 +286,7 @@ def test_controls_have_the_same_step_sizes(world):
         assert torch.equal(control.valid, edits.valid)
         torch.testing.assert_close(control.records.step_size, edits.records.step_size)
     plan = editor._plan(images, "image", 3, torch.Generator().manual_seed(3))
-    random_step = editor._random_step(plan, torch.Generator().manual_seed(1))
+    random_step = editor._control_step(plan, "random", torch.Generator().manual_seed(1))
     torch.testing.assert_close(random_step.norm(dim=-1), plan.step.norm(dim=-1), atol=1e-5, rtol=1e-5)
     # a rebind is made of directions already: its concept-arithmetic twin is the edit itself
     torch.testing.assert_close(arithmetic.embeddings, edits.embeddings)

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lace.concepts.mentions import plural
 from lace.concepts.vocabulary import load_vocabulary, vocabulary_from_dict
-from lace.train.rule_negatives import KINDS, RuleNegatives, plural
+from lace.edits.captions import KINDS, RuleNegatives
 
 WORLD_VOCABULARY = Path(__file__).resolve().parents[1] / "src/lace/data/world/vocabulary.yaml"
 

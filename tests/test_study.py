@@ -13,7 +13,7 @@ from PIL import Image
 from lace.cli import main
 from lace.errors import LaceInputError
 from lace.study import HeadsTraining, StudyConfig, run_flickr8k_study
-from lace.study.config import VARIANTS
+from lace.study.config import STUDY_VARIANTS as VARIANTS
 from lace.study.flickr8k import prepare_study_folder
 from lace.study.heads import caption_rows_by_image
 from lace.study.report import plain_statement
@@ -101,8 +101,8 @@ def test_switches_change_training_but_not_the_data_order(study):
     plain, lace = finetunes["plain"][0]["train"], finetunes["LACE"][0]["train"]
     assert plain["steps"] == lace["steps"]
     assert plain["caption_negative_rows"] == 0 and plain["image_negative_rows"] == 0
-    assert finetunes["rule negatives"][0]["train"]["caption_negative_rows"] > 0
-    assert finetunes["rule negatives"][0]["train"]["image_negative_rows"] == 0
+    assert finetunes["caption negatives"][0]["train"]["caption_negative_rows"] > 0
+    assert finetunes["caption negatives"][0]["train"]["image_negative_rows"] == 0
     assert finetunes["LACE images only"][0]["train"]["caption_negative_rows"] == 0
     # seeds give different runs
     a, b = (run["figures"]["nk/i2t"] for run in finetunes["plain"])
@@ -168,8 +168,8 @@ def test_plain_statement_calls_small_differences_noise():
 
 def test_sugarcrepe_style_items_change_one_thing_and_are_deterministic():
     from lace.concepts.vocabulary import load_vocabulary
+    from lace.edits.captions import RuleNegatives
     from lace.study.measure import SUGARCREPE_KINDS, sugarcrepe_style_items
-    from lace.train.rule_negatives import RuleNegatives
 
     rules = RuleNegatives(load_vocabulary("natural"))
     captions = ["a black dog runs on the grass next to a white horse", "a man in a red shirt stands on the beach",

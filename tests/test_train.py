@@ -261,4 +261,4 @@ def test_refreshed_editor_keeps_the_alignment_threshold_it_was_given():
     editor = CounterfactualEditor(dictionary, label_atoms(dictionary, directions, tau_align=threshold), directions)
     refreshed = refresh_editor(editor, images.flip(0), texts.flip(0))
     assert refreshed.tau_align == pytest.approx(threshold) != pytest.approx(calibrated)
-    assert refreshed.dictionary is not dictionary and refreshed.kinds == editor.kinds
+    assert refreshed.dictionary is not dictionary and refreshed.config == editor.config

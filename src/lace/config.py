@@ -9,6 +9,10 @@ A config is a plain `@dataclass` whose fields carry an attribute docstring:
 
 `add_config_arguments` turns every field into a `--flag` whose help is that docstring,
 and `config_from_args` builds the dataclass from (defaults < YAML file < flags).
+
+A field whose type is itself a dataclass config (for example `edit: EditConfig`) is nested:
+each of its fields becomes `--<field>-<name>` (`--edit-strength`), and YAML gives it as a
+mapping (`edit: {strength: 2.0}`), merged over the field's default.
 """
 
 from __future__ import annotations
@@ -101,37 +105,54 @@ def _help_text(doc: str, default: Any) -> str:
     return text.replace("%", "%%")
 
 
+def _nested(annotation: Any) -> type | None:
+    """The dataclass a field nests, or None for a plain field."""
+    base = _base_type(annotation)
+    return base if isinstance(base, type) and dataclasses.is_dataclass(base) else None
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return field.default if field.default is not dataclasses.MISSING else None
+
+
 def add_config_arguments(
     parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
-    flags: dict[str, tuple[str, ...]] | None = None,
+    flags: dict[str, tuple[str, ...]] | None = None, prefix: str = "", defaults: Any = None,
 ) -> None:
     """Add one `--flag` per field of dataclass `cls`, with the field's docstring as help.
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
     Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
     example `{"output": ("--out", "--output")}`), so commands can share flag names.
+    A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
+    their defaults read from the field's default (`defaults`, for the nested call).
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     flags = flags or {}
-    group = parser.add_argument_group(cls.__name__)
+    group = parser.add_argument_group(f"{cls.__name__} ({prefix.rstrip('.')})" if prefix else cls.__name__)
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
         annotation = hints[field.name]
-        default = field.default if field.default is not dataclasses.MISSING else None
-        if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            default = field.default_factory()  # type: ignore[misc]
+        default = getattr(defaults, field.name) if defaults is not None else _default(field)
+        nested = _nested(annotation)
+        if nested is not None:
+            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default)
+            continue
         help_text = _help_text(docs.get(field.name, ""), default)
-        names = flags.get(field.name, (_flag(field.name),))
+        dest = prefix + field.name
+        names = flags.get(field.name, (_flag(dest.replace(".", "_")),))
         if _base_type(annotation) is bool:
             group.add_argument(
-                *names, dest=field.name, action=argparse.BooleanOptionalAction,
+                *names, dest=dest, action=argparse.BooleanOptionalAction,
                 default=None, help=help_text,
             )
         else:
             group.add_argument(
-                *names, dest=field.name, default=None, metavar=field.name.upper(),
+                *names, dest=dest, default=None, metavar=field.name.upper(),
                 type=lambda text, a=annotation: _parse_value(a, text), help=help_text,
             )
 
@@ -145,10 +166,16 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
             f"{source}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
         )
     hints = typing.get_type_hints(cls)
+    defaults = {f.name: f for f in dataclasses.fields(cls)}
     converted = {}
     for key, value in values.items():
         base = _base_type(hints[key])
-        if isinstance(value, str) and base is not str:
+        nested = _nested(hints[key])
+        if nested is not None and isinstance(value, dict):
+            default = _default(defaults[key])
+            merged = {**(config_to_dict(default) if default is not None else {}), **value}
+            value = config_from_dict(nested, merged, source=f"{source}: field '{key}'")
+        elif isinstance(value, str) and base is not str:
             try:
                 value = _parse_value(hints[key], value)
             except (ValueError, argparse.ArgumentTypeError) as error:
@@ -170,15 +197,27 @@ def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
     return config_from_dict(cls, values, source=str(path))
 
 
-def config_from_args(cls: type[ConfigT], args: argparse.Namespace, yaml_path: str | Path | None = None) -> ConfigT:
-    """Defaults, then the YAML file (if any), then the flags the user actually gave."""
+def config_from_args(cls: type[ConfigT], args: argparse.Namespace, yaml_path: str | Path | None = None,
+                     prefix: str = "") -> ConfigT:
+    """Defaults, then the YAML file (if any), then the flags the user actually gave (added with
+    the same `prefix` by `add_config_arguments`)."""
     base = load_config(cls, yaml_path) if yaml_path else cls()
-    overrides = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(cls)
-        if getattr(args, f.name, None) is not None
-    }
-    return dataclasses.replace(base, **overrides)
+    return _with_flags(base, args, prefix)
+
+
+def _with_flags(config: Any, args: argparse.Namespace, prefix: str) -> Any:
+    """`config` with the flags the user gave (dest `prefix + name`), nested configs included."""
+    hints = typing.get_type_hints(type(config))
+    overrides = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if _nested(hints[field.name]) is not None and value is not None:
+            nested = _with_flags(value, args, f"{prefix}{field.name}.")
+            if nested != value:
+                overrides[field.name] = nested
+        elif getattr(args, prefix + field.name, None) is not None:
+            overrides[field.name] = getattr(args, prefix + field.name)
+    return dataclasses.replace(config, **overrides) if overrides else config
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

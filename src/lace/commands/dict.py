@@ -9,19 +9,18 @@ import numpy as np
 import torch
 
 from lace.commands.common import add_output_arguments, add_progress_argument
-from lace.config import add_config_arguments, config_from_args, config_to_dict
-from lace.dictionary.build import (
-    DictionaryFitConfig,
-    binding_directions_for_store,
+from lace.concepts.labelled import (
     concept_directions_for_store,
-    fit_labelled_dictionary,
     load_labelled_dictionary,
     save_labelled_dictionary,
 )
-from lace.edits import CounterfactualEditor, parse_edit
+from lace.config import add_config_arguments, config_from_args, config_to_dict
+from lace.edits import EditConfig, build_editor, parse_edit
 from lace.embeddings import EmbeddingStore
 from lace.errors import input_error
+from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
 from lace.io import atomic_write_json, prepare_output_dir
+from lace.report.plots import atom_bars
 
 
 def add_parser(subparsers) -> None:
@@ -44,7 +43,7 @@ def add_parser(subparsers) -> None:
     fit.add_argument("--pretrained", default=None, help="pretrained tag or checkpoint for --model")
     fit.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                      help="torch device (default: cuda if available)")
-    add_config_arguments(fit, DictionaryFitConfig)
+    add_config_arguments(fit, DictionaryConfig)
     add_output_arguments(fit, "dictionary folder to write")
     add_progress_argument(fit)
     fit.set_defaults(func=run_fit)
@@ -63,12 +62,13 @@ def add_parser(subparsers) -> None:
     inspect.add_argument("--edit", default=None, help="edit to apply to that embedding, e.g. 'transplant:red=blue'")
     inspect.add_argument("--png", default=None, help="write a bar chart of the active atoms to this file")
     inspect.add_argument("--top", type=int, default=40, help="atoms to list (most used first)")
+    add_config_arguments(inspect, EditConfig, prefix="edit.")
     inspect.set_defaults(func=run_inspect)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    config = config_from_args(DictionaryFitConfig, args)
+    config = config_from_args(DictionaryConfig, args)
     store = EmbeddingStore.open(args.embeddings)
     out = prepare_output_dir(args.out, overwrite=args.overwrite, inputs=(args.embeddings,))
     encode_texts = None
@@ -81,12 +81,9 @@ def run_fit(args: argparse.Namespace) -> int:
         config.vocabulary, store.captions, store.text_embeddings, encode_texts, config.min_mentions
     )
     result = fit_labelled_dictionary(
-        store.image_embeddings, store.text_embeddings, directions, config, device=args.device, progress=args.progress
+        store.image_embeddings, store.text_embeddings, directions, config, captions=store.captions,
+        device=args.device, progress=args.progress,
     )
-    if config.bindings:
-        result.bindings = binding_directions_for_store(
-            config.vocabulary, store.captions, store.text_embeddings, config.min_mentions
-        )
     save_labelled_dictionary(result, out)
     atomic_write_json(out / "fit_config.json", {**config_to_dict(config), "embeddings": str(args.embeddings)})
     quality = result.dictionary.quality_
@@ -105,6 +102,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     labelled = load_labelled_dictionary(args.dict)
+    edit_config = config_from_args(EditConfig, args, prefix="edit.")
     dictionary, directions, labelling = labelled.dictionary, labelled.directions, labelled.labelling
     names = directions.names
     usage = None
@@ -136,7 +134,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     before = dictionary.transform(z, args.modality, dense=True)[0]
     after = None
     if args.edit:
-        editor = CounterfactualEditor(dictionary, labelling, directions, bindings=labelled.bindings)
+        editor = build_editor(labelled, edit_config)
         edited = editor.apply(z, args.modality, parse_edit(args.edit))
         record = edited.records.to_dicts(editor.unit_names)[0]
         print(f"edit {args.edit}: proposed={record['proposed']} passed_check={record['passed_check']} "
@@ -151,31 +149,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             line += f"  -> {float(after[k]):.3f}"
         print(line)
     if args.png:
-        _bar_chart(args.png, active, [names[int(labelling.atom_concept[k])] for k in active], before, after,
-                   f"{args.modality} {args.index}" + (f": {args.edit}" if args.edit else ""))
+        panels = [("before", before.numpy())] + ([(f"after {args.edit}", after.numpy())] if after is not None else [])
+        atom_bars(panels, [names[int(c)] for c in labelling.atom_concept.tolist()], args.png,
+                  title=f"{args.modality} {args.index}")
         print(f"wrote {args.png}")
     return 0
-
-
-def _bar_chart(path: str, atoms: list[int], labels: list[str], before, after, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lace.io import atomic_path
-
-    positions = np.arange(len(atoms))
-    width = 0.4 if after is not None else 0.8
-    figure, axis = plt.subplots(figsize=(max(4, 0.6 * len(atoms) + 2), 3.5))
-    axis.bar(positions - (width / 2 if after is not None else 0), [float(before[k]) for k in atoms], width, label="before")
-    if after is not None:
-        axis.bar(positions + width / 2, [float(after[k]) for k in atoms], width, label="after")
-        axis.legend()
-    axis.set_xticks(positions, [f"{label}\n#{k}" for k, label in zip(atoms, labels)], rotation=45, ha="right", fontsize=8)
-    axis.set_ylabel("code a_k")
-    axis.set_title(title)
-    figure.tight_layout()
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120)
-    plt.close(figure)

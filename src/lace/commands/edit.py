@@ -8,11 +8,13 @@ import numpy as np
 import torch
 
 from lace.concepts.directions import mention_matrix
+from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import Concept, Vocabulary
-from lace.dictionary.build import load_labelled_dictionary, nearest_rows
-from lace.edits import CounterfactualEditor, parse_edit
+from lace.config import add_config_arguments, config_from_args
+from lace.edits import EditConfig, build_editor, parse_edit
 from lace.embeddings import EmbeddingStore
 from lace.errors import input_error
+from lace.eval.neighbours import topk_neighbours
 
 
 def add_parser(subparsers) -> None:
@@ -29,8 +31,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--image", type=int, required=True, help="row of the image in the store")
     parser.add_argument("--edit", required=True, help="the edit, e.g. 'transplant:square=star'")
     parser.add_argument("--k", type=int, default=10, help="neighbours to list")
-    parser.add_argument("--strength", type=float, default=1.0, help="transplant strength (weight multiplier)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random control")
+    add_config_arguments(parser, EditConfig, prefix="edit.", flags={"strength": ("--strength", "--edit-strength")})
     parser.set_defaults(func=run)
 
 
@@ -40,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.image < store.image_embeddings.shape[0]:
         raise input_error("--image", None, f"a row in 0..{store.image_embeddings.shape[0] - 1}", args.image)
     spec = parse_edit(args.edit)
-    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, strength=args.strength,
-                                  bindings=labelled.bindings)
+    editor = build_editor(labelled, config_from_args(EditConfig, args, prefix="edit."))
     z = torch.from_numpy(np.array(store.image_embeddings[args.image : args.image + 1], dtype=np.float32))
     edited = editor.apply(z, "image", spec)
     control = editor.apply(z, "image", spec, control="random", generator=torch.Generator().manual_seed(args.seed))
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     concept = labelled.directions.names[labelled.directions.index(spec.target or spec.source)]
     mention = _mentions(store.captions, concept, labelled.directions.kinds[labelled.directions.index(concept)])
     queries = torch.cat([z, edited.embeddings[:, 0].detach(), control.embeddings[:, 0].detach()])
-    _, neighbours = nearest_rows(queries, store.text_embeddings, args.k)
+    neighbours = topk_neighbours(queries, np.array(store.text_embeddings, dtype=np.float32), args.k).indices
     for title, rows in zip(("before", "after edit", "after random edit of the same size"), neighbours.tolist()):
         share = np.mean([mention[r] for r in rows])
         print(f"\n{title}  (captions naming '{concept}': {share:.0%})")

@@ -6,7 +6,9 @@ import argparse
 import os
 
 from lace.commands.common import add_progress_argument
+from lace.config import add_config_arguments, config_from_args
 from lace.data.flickr8k import ENV_VARIABLE
+from lace.edits.config import EditConfig
 from lace.errors import input_error
 
 
@@ -22,7 +24,7 @@ def add_parser(subparsers) -> None:
             "Tower features of every Flickr8k image and caption (cached), base heads chosen on validation, "
             "their hubness, one-way neighbours and brittleness, a concept dictionary with atom alignment, "
             "edit retrieval with named transplants, and fine-tunes from the base (plain, rule-made caption "
-            "negatives, LACE, LACE + rule negatives, LACE on captions only and on images only) over seeds. "
+            "negatives, LACE, LACE + caption negatives, LACE on captions only and on images only) over seeds. "
             "Stages are cached in --out/stages: running again resumes and reuses."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -36,6 +38,9 @@ def add_parser(subparsers) -> None:
                         help="folder of cached tower features, shared between studies (default: OUT/features)")
     flickr.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (one is fastest for the towers on a small shared CPU)")
+    flickr.add_argument("--edit-config", default=None, metavar="YAML",
+                        help="YAML of EditConfig fields for LACE fine-tuning and counterfactual brittleness")
+    add_config_arguments(flickr, EditConfig, prefix="edit.")
     add_progress_argument(flickr)
     flickr.set_defaults(func=run)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
@@ -51,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
         raise input_error("--data", None, f"a Flickr8k folder (or the environment variable {ENV_VARIABLE})")
     torch.set_num_threads(max(1, args.threads))
     prepare_study_folder(args.out, args.overwrite)
+    edit = config_from_args(EditConfig, args, yaml_path=args.edit_config, prefix="edit.")
     config = StudyConfig(data=args.data, out=args.out, seeds=args.seeds, feature_cache=args.feature_cache,
-                         progress=args.progress)
+                         edit=edit, progress=args.progress)
     results = run_flickr8k_study(config)
     print(f"wrote {args.out}/report.md and report.html in {results['total_seconds']:.0f}s")
     return 0

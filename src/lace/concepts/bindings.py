@@ -9,7 +9,7 @@ bag of concepts. Compound directions carry the missing part, the binding.
   striped red square" binds large, striped and red to square; in "a red blue square"
   only blue binds (a same-group word in between takes the slot), and in "a red square
   left of a blue circle" red never binds to circle. Nouns are plural-aware, as for
-  concept mentions (`lace.concepts.directions.surface_forms`). Names are unique in a
+  concept mentions (`lace.concepts.mentions.surface_forms`). Names are unique in a
   vocabulary, but a plural form may equal an attribute name: such a word reads as an
   attribute when a vocabulary word follows it, else as an object.
 - Compound direction: the mean text embedding of captions that bind the attribute to
@@ -37,7 +37,8 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from lace.concepts.directions import MAX_PHRASE_WORDS, TOKEN, mention_sums, surface_forms
+from lace.concepts.directions import mention_sums
+from lace.concepts.mentions import MAX_PHRASE_WORDS, surface_forms, words
 from lace.concepts.vocabulary import Vocabulary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import LaceInputError, input_error
@@ -85,12 +86,12 @@ class BindingMatcher:
 
     def _items(self, caption: str) -> list[tuple[list[int], list[int]] | None]:
         """Longest vocabulary phrases left to right; None for any other word."""
-        words = TOKEN.findall(caption.lower())
+        tokens = [word for word, _, _ in words(caption)]
         items: list[tuple[list[int], list[int]] | None] = []
         start = 0
-        while start < len(words):
-            for length in range(min(MAX_PHRASE_WORDS, len(words) - start), 0, -1):
-                hit = self._forms.get(" ".join(words[start : start + length]))
+        while start < len(tokens):
+            for length in range(min(MAX_PHRASE_WORDS, len(tokens) - start), 0, -1):
+                hit = self._forms.get(" ".join(tokens[start : start + length]))
                 if hit is not None:
                     items.append(hit)
                     start += length

@@ -10,7 +10,6 @@ Two sources:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
+from lace.concepts.mentions import MAX_PHRASE_WORDS, surface_forms, words
 from lace.concepts.vocabulary import Vocabulary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import input_error
@@ -31,13 +31,6 @@ TEMPLATES = {
     "relation": ("a photo of one thing {} another.", "something {} something else.", "a thing {} a thing."),
 }
 
-IRREGULAR_PLURALS = {
-    "person": "people", "man": "men", "woman": "women", "child": "children", "mouse": "mice",
-    "goose": "geese", "foot": "feet", "tooth": "teeth", "knife": "knives", "leaf": "leaves",
-    "shelf": "shelves", "calf": "calves", "wolf": "wolves", "scarf": "scarves",
-}
-TOKEN = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*")
-MAX_PHRASE_WORDS = 4
 
 
 @dataclass
@@ -136,25 +129,6 @@ def directions_from_templates(
     )
 
 
-def surface_forms(name: str, kind: str) -> set[str]:
-    """Lower-case word sequences that count as a mention of the concept (plural-aware for objects)."""
-    words = name.lower().split()
-    forms = {" ".join(words)}
-    if kind == "object":
-        last = words[-1]
-        plurals = {last + "s"}
-        if last in IRREGULAR_PLURALS:
-            plurals = {IRREGULAR_PLURALS[last]}
-        elif re.search(r"(s|x|z|ch|sh)$", last):
-            plurals = {last + "es"}
-        elif re.search(r"[^aeiou]y$", last):
-            plurals = {last[:-1] + "ies"}
-        elif last.endswith("o"):
-            plurals |= {last + "es"}
-        forms |= {" ".join(words[:-1] + [plural]) for plural in plurals}
-    return forms
-
-
 def mention_matrix(vocabulary: Vocabulary, captions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Which captions mention which concepts, on whole words: (rows, concepts) index arrays.
 
@@ -168,13 +142,13 @@ def mention_matrix(vocabulary: Vocabulary, captions: Sequence[str]) -> tuple[np.
     rows: list[int] = []
     concepts: list[int] = []
     for row, caption in enumerate(captions):
-        words = TOKEN.findall(caption.lower())
+        tokens = [word for word, _, _ in words(caption)]
         found: set[int] = set()
-        for start in range(len(words)):
+        for start in range(len(tokens)):
             for length in range(1, MAX_PHRASE_WORDS + 1):
-                if start + length > len(words):
+                if start + length > len(tokens):
                     break
-                hit = lookup.get(" ".join(words[start : start + length]))
+                hit = lookup.get(" ".join(tokens[start : start + length]))
                 if hit:
                     found.update(hit)
         rows.extend([row] * len(found))

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from lace.errors import input_error
+from lace.edits.config import EditConfig
+from lace.experiment.variants import check_variants
 
-METHOD_EDITS = ("attenuate", "swap", "transplant")
-VARIANTS = {
-    # name: the training switches that differ from plain fine-tuning
-    "plain": {},
-    "caption negatives": {"caption_negatives": True},
-    "LACE": {"counterfactual_captions": True, "counterfactual_images": True},
-    "LACE + caption negatives": {"counterfactual_captions": True, "counterfactual_images": True,
-                                 "caption_negatives": True},
-    "LACE captions only": {"counterfactual_captions": True},
-    "LACE images only": {"counterfactual_images": True},
-    "LACE without rebind": {"counterfactual_captions": True, "counterfactual_images": True,
-                            "edit_kinds": METHOD_EDITS},
-}
 CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
 FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind")
 
@@ -83,25 +71,17 @@ class DemoConfig:
     """Counterfactual edits M per embedding and side."""
     counterfactual_weight: float = 1.0
     """Weight of the counterfactual part of the LACE loss."""
-    edit_kinds: tuple[str, ...] = METHOD_EDITS + ("rebind",)
-    """Counterfactual edit kinds of LACE fine-tuning: METHOD.md's three, plus rebind (attribute binding)."""
-    transplant_strength: float = 1.0
-    """Transplant strength used in fine-tuning."""
+    edit: EditConfig = field(default_factory=EditConfig)
+    """The editor of LACE fine-tuning (METHOD.md's three kinds plus rebind) and of edit retrieval."""
     refresh_dictionary_every: int = 0
     """Refit the dictionary on recent embeddings every this many fine-tuning steps (0: never)."""
-    effect_check: bool = True
-    """Keep only counterfactual edits whose concept readout moves as the edit says (METHOD.md section 4)."""
-    atom_level_edits: bool = False
-    """Edit single atoms instead of whole concepts (the naive variant, for comparison)."""
     only_variants: tuple[str, ...] = ()
     """Fine-tuning variants to run (empty: the four core ones, plus the ablations with --full)."""
     progress: bool = True
     """Show progress bars."""
 
     def __post_init__(self):
-        unknown = [name for name in self.only_variants if name not in VARIANTS]
-        if unknown:
-            raise input_error("DemoConfig", "only_variants", f"names from {list(VARIANTS)}", unknown)
+        check_variants(self.only_variants, "DemoConfig", "only_variants")
 
     @property
     def variants(self) -> tuple[str, ...]:

@@ -2,33 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from lace.concepts.labelling import calibrate_tau_align, label_atoms
+from lace.concepts.labelled import (
+    LabelledDictionary,
+    concept_directions_for_store,
+    save_labelled_dictionary,
+)
 from lace.concepts.vocabulary import load_vocabulary
 from lace.demo.config import DemoConfig
 from lace.demo.embed import embed_pixels
 from lace.demo.world_data import world_split
-from lace.dictionary.build import (
-    DictionaryFitConfig,
-    LabelledDictionary,
-    binding_directions_for_store,
-    concept_directions_for_store,
-    fit_labelled_dictionary,
-    save_labelled_dictionary,
-)
-from lace.edits import CounterfactualEditor
+from lace.edits import CounterfactualEditor, build_editor
+from lace.edits.captions import RuleNegatives
 from lace.edits.report import edit_report
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
 from lace.eval.dictionary_diagnostics import transplant_retrieval
 from lace.eval.edit_retrieval import caption_concepts
+from lace.experiment.dictionary import (
+    DictionaryConfig,
+    calibrated_tau_align,
+    fit_labelled_dictionary,
+)
 from lace.report.plots import atom_bars, image_grid
-from lace.train.rule_negatives import RuleNegatives
 
 ATOM_BAR_EDITS = ("attenuate:{colour}", "swap:{colour}={other_colour}", "transplant:{shape}={new_shape}")
 TRANSPLANTS = ("square=star", "red=blue")
@@ -43,17 +45,13 @@ def fit_dictionary(
     texts = torch.from_numpy(embed_texts(encoder, captions, progress=False))
     directions = concept_directions_for_store(vocabulary, captions, texts.numpy(), encoder.encode_texts,
                                               log=lambda _: None)
-    fit_config = DictionaryFitConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary,
-                                     epochs=4, batch_size=2048, seed=config.seed)
-    labelled = fit_labelled_dictionary(images, texts, directions, fit_config)
     # tau_align against isotropic random directions: random directions shaped by the data's
     # covariance (the library default) are themselves mixtures of the few concepts that
     # span a tiny model's space, which left most concepts of the world without an atom.
-    data_covariance_tau = labelled.labelling.tau_align
-    isotropic = torch.randn(5000, images.shape[1], generator=torch.Generator().manual_seed(config.seed))
-    tau_align = calibrate_tau_align(labelled.dictionary.atoms_, isotropic, len(directions), seed=config.seed)
-    labelled.labelling = label_atoms(labelled.dictionary, directions, images, texts, tau_align=tau_align, seed=config.seed)
-    labelled.bindings = binding_directions_for_store(vocabulary, captions, texts.numpy(), log=lambda _: None)
+    fit_config = dictionary_config(config, vocabulary)
+    labelled = fit_labelled_dictionary(images, texts, directions, fit_config, captions=captions, log=lambda _: None)
+    data_covariance_tau = calibrated_tau_align(labelled.dictionary, directions, images, texts, "covariance",
+                                               config.seed)
     save_labelled_dictionary(labelled, out)
     labelling = labelled.labelling
     aligned = labelling.atom_alignment >= labelling.tau_align
@@ -71,11 +69,15 @@ def fit_dictionary(
     return labelled, summary
 
 
+def dictionary_config(config: DemoConfig, vocabulary: str) -> DictionaryConfig:
+    """The demo's dictionary: K and s of `config`, four passes, tau_align against isotropic directions."""
+    return DictionaryConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary, epochs=4,
+                            batch_size=2048, seed=config.seed, calibration="isotropic")
+
+
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
-    options = {"kinds": config.edit_kinds, "strength": config.transplant_strength, "bindings": labelled.bindings,
-               "effect_check": config.effect_check, "atom_level": config.atom_level_edits}
-    options.update(overrides)
-    return CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions, **options)
+    """The editor of `config.edit`, with `overrides` (EditConfig fields) on top."""
+    return build_editor(labelled, dataclasses.replace(config.edit, **overrides))
 
 
 def owned_concepts(labelled: LabelledDictionary) -> set[str]:
@@ -151,8 +153,8 @@ def edit_retrieval_stage(
         if not {source, target} <= owned:
             results[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
             continue
-        figures = transplant_retrieval(labelled, gallery, shown, concept_names, pair,
-                                       strength=config.transplant_strength, k=10, seed=config.seed)
+        figures = transplant_retrieval(labelled, gallery, shown, concept_names, pair, config.edit, k=10,
+                                       seed=config.seed)
         if not figures["edited"]:
             results[pair] = {"skipped": f"no valid transplant among {int(figures['candidates'])} images showing {source}"}
             continue

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from lace.demo.world_data import world_split
 from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.retrieval import dataset_embeddings
-from lace.eval.brittleness import counterfactual_brittleness
 from lace.eval.embedding_cache import EmbeddingCache
-from lace.eval.neighbours import cross_neighbours
+from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
 from lace.eval.runner import EvalConfig, run_evaluation
 
 EVAL_SPLITS = ("val", "test", "test_comp")
@@ -35,20 +31,11 @@ def evaluate_on_world(
         figures = run_evaluation(encoder, config, model=name, cache=cache)
         dataset = world_split(world_dir, split, "coco")
         images, texts = dataset_embeddings(cache, dataset)
-        if editor is not None:
-            figures["diagnostics"].update({
-                f"brittleness/{key}": value for key, value in counterfactual_brittleness(
-                    editor, images, texts, dataset.caption_image_index, n_edits=n_edits).items()
-            })
+        measures = ("counterfactual_brittleness", "n_k") if editor is not None else ("n_k",)
+        extra = measure(MeasuredSplit(images, texts, dataset.caption_image_index),
+                        MeasureConfig(measures, k=k, n_edits=n_edits), editor=editor)
+        n_k = {"i2t": extra.pop("nk/i2t"), "t2i": extra.pop("nk/t2i")}
+        figures["diagnostics"].update(extra)
         results[split] = {"benchmarks": figures["benchmarks"], "diagnostics": figures["diagnostics"],
-                          "seconds": figures["seconds"], "n_k": occurrence_counts(images, texts, k)}
+                          "seconds": figures["seconds"], "n_k": n_k}
     return results
-
-
-def occurrence_counts(images: torch.Tensor, texts: torch.Tensor, k: int) -> dict[str, list[int]]:
-    """N_k of each caption among the images' top-k (i2t) and of each image among the captions' (t2i)."""
-    forward, backward = cross_neighbours(images, texts, k)
-    return {
-        "i2t": np.bincount(forward.indices.reshape(-1).numpy(), minlength=texts.shape[0]).tolist(),
-        "t2i": np.bincount(backward.indices.reshape(-1).numpy(), minlength=images.shape[0]).tolist(),
-    }

@@ -14,21 +14,18 @@ from pathlib import Path
 
 import torch
 
+from lace.concepts.labelled import load_labelled_dictionary
 from lace.config import config_to_dict
 from lace.data.world import WorldConfig, generate_world
-from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, VARIANTS, DemoConfig
-from lace.demo.dictionary_stage import (
-    atom_bar_figure,
-    edit_retrieval_stage,
-    fit_dictionary,
-    make_editor,
-)
+from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, DemoConfig
+from lace.demo.dictionary_stage import atom_bar_figure, edit_retrieval_stage, fit_dictionary
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
-from lace.demo.stages import StageRunner, stage_key
 from lace.demo.world_data import world_pairs
-from lace.dictionary.build import load_labelled_dictionary
+from lace.edits import EditConfig, build_editor
 from lace.encoders import load_encoder
+from lace.experiment.stages import StageRunner, stage_key
+from lace.experiment.variants import VARIANTS, uses_counterfactuals, variant_config
 from lace.io import atomic_write_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
@@ -76,22 +73,21 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
                             lambda: _dictionary(config, encoder, train_pairs("coco"), world_dir, vocabulary,
                                                         dictionary_dir, figures_dir))
     labelled = load_labelled_dictionary(dictionary_dir)
-    edit_key = stage_key(dictionary_key, config.transplant_strength, config.n_edits)
+    edit_key = stage_key(dictionary_key, config.edit.strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config, figures_dir / "edit_retrieval_grid.png"))
     # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
     # keys include the dictionary's.
-    editor = make_editor(labelled, DemoConfig())
+    editor = build_editor(labelled, EditConfig())
     evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
         encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))}
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
-    lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config.edit_kinds,
-                         config.transplant_strength, config.refresh_dictionary_every, config.effect_check,
-                         config.atom_level_edits)
+    lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
+                         config.refresh_dictionary_every)
     for variant in config.variants:
         switches = VARIANTS[variant]
-        uses_edits = switches.get("counterfactual_captions") or switches.get("counterfactual_images")
+        uses_edits = uses_counterfactuals(variant)
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
             key = stage_key(finetune_key, switches, seed, lace_key if uses_edits else None)
@@ -155,15 +151,13 @@ def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path
 
 def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, out: Path, base_path: Path,
               model_path: Path, labelled, vocabulary: str) -> dict:
-    switches = {"edit_kinds": config.edit_kinds, **VARIANTS[variant]}
-    train_config = _train_config(
+    train_config = variant_config(_train_config(
         config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
         lr=config.finetune_lr, seed=seed, vocabulary=vocabulary, n_edits=config.n_edits,
         counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
-        **switches,
-    )
-    uses_edits = train_config.counterfactual_captions or train_config.counterfactual_images
-    editor = make_editor(labelled, config, kinds=train_config.edit_kinds) if uses_edits else None
+        edit=config.edit,
+    ), variant)
+    editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, model_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}

@@ -125,6 +125,7 @@ def calibration_rows(base_val: dict) -> list[list]:
     return rows
 
 
+# long: the report's sections in reading order, each a heading, a table or figure and its sentence
 def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     out = Path(out)
     figures = out / "figures"

@@ -9,7 +9,6 @@ that is where hyper-parameters are chosen.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -20,6 +19,7 @@ from lace.demo.config import DemoConfig
 from lace.demo.pipeline import run_demo
 from lace.demo.report import BINDING_COLUMNS, GEOMETRY_COLUMNS, aggregate
 from lace.errors import LaceInputError, input_error
+from lace.experiment.variants import with_changes
 from lace.io import atomic_write_json, read_json
 from lace.report.document import Report, Table
 
@@ -28,8 +28,7 @@ SWEEP_COLUMNS = (
     GEOMETRY_COLUMNS[0], GEOMETRY_COLUMNS[1], GEOMETRY_COLUMNS[4], GEOMETRY_COLUMNS[6], GEOMETRY_COLUMNS[9],
 )
 SHARED_STAGES = ("world", "base", "dictionary", "edit_retrieval", "eval base")
-SWEEPABLE = {"atoms", "sparsity", "n_edits", "counterfactual_weight", "edit_kinds", "transplant_strength",
-             "refresh_dictionary_every", "effect_check", "atom_level_edits"}
+SWEEPABLE = {"atoms", "sparsity", "n_edits", "counterfactual_weight", "edit", "refresh_dictionary_every"}
 
 
 def read_grid(path: str | Path) -> dict[str, dict]:
@@ -47,8 +46,14 @@ def read_grid(path: str | Path) -> dict[str, dict]:
         unknown = sorted(set(overrides) - SWEEPABLE)
         if unknown:
             raise input_error(path, f"{name}.{unknown[0]}", f"one of the LACE knobs {sorted(SWEEPABLE)}", unknown[0])
-    return {str(name): {field: tuple(value) if isinstance(value, list) else value for field, value in overrides.items()}
-            for name, overrides in grid.items()}
+    return {str(name): {field: _tuples(value) for field, value in overrides.items()} for name, overrides in grid.items()}
+
+
+def _tuples(value):
+    """YAML lists as tuples, inside nested mappings (`edit: {kinds: [...]}`) too."""
+    if isinstance(value, dict):
+        return {key: _tuples(item) for key, item in value.items()}
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _seed_folder(main: Path, folder: Path) -> None:
@@ -83,7 +88,7 @@ def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=pr
     evaluations = {variant: results for variant, results in main["evaluations"].items() if variant != "base"}
     wall = {}
     for name, overrides in grid.items():
-        setting = dataclasses.replace(config, **overrides, only_variants=("LACE",))
+        setting = with_changes(config, {**overrides, "only_variants": ("LACE",)})
         folder = setting_folder(out, name)
         _seed_folder(out, folder)
         log(f"[sweep] {name}: {overrides}")

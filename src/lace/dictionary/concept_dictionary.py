@@ -282,15 +282,20 @@ class ConceptDictionary:
         direction = decode(codes, self.atoms_.to(_device_of(codes)))
         if residual is not None:
             direction = direction + residual
-        direction = direction / direction.norm(dim=1, keepdim=True).clamp_min(1e-12)
         if norm is None:
             norm = torch.full(
                 (direction.shape[0],),
                 self.mean_norm_image_ if modality == "image" else self.mean_norm_text_,
                 device=direction.device,
             )
-        rebuilt = self._mean(modality).to(direction.device) + norm.unsqueeze(1) * direction
-        return rebuilt / rebuilt.norm(dim=1, keepdim=True)
+        return self.decode_directions(direction, modality, norm)
+
+    def decode_directions(self, directions: Tensor, modality: str, norm: Tensor) -> Tensor:
+        """Unit embeddings (..., d) from centred directions (..., d), not necessarily unit, and
+        centred norms broadcastable to (...): normalize(mu_m + |c| c / |c|). Differentiable."""
+        direction = directions / directions.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        rebuilt = self._mean(modality).to(direction.device, direction.dtype) + norm.unsqueeze(-1) * direction
+        return rebuilt / rebuilt.norm(dim=-1, keepdim=True)
 
     # ------------------------------------------------------------------ quality
     def quality(self, image_embeddings: RowSource, text_embeddings: RowSource) -> dict:

@@ -56,6 +56,7 @@ def binding_margin(centred: Tensor, compounds: Tensor, table: Tensor) -> Tensor:
     return readouts[..., 0] + readouts[..., 1] - readouts[..., 2] - readouts[..., 3]
 
 
+# long: one batched tensor program over (B, S_a, S_a, S_o, S_o) quadruples whose steps share a dozen tensors
 def plan_rebind(
     centred: Tensor,
     weights: Tensor,

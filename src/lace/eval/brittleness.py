@@ -2,7 +2,7 @@
 
 Counted over (image, caption, single edit) triples: the caption is a true caption of
 the image, the edit changes one attribute, object or relation. Two sources of edits:
-rule-made text edits (`lace.train.rule_negatives`), encoded as real captions, and
+rule-made text edits (`lace.edits.captions`), encoded as real captions, and
 counterfactual caption embeddings from a `CounterfactualEditor`.
 """
 
@@ -54,7 +54,7 @@ def rule_edit_brittleness(
 ) -> dict[str, float]:
     """Brittleness under rule-made edits, overall and per edit kind.
 
-    `rule_negatives` is a `lace.train.rule_negatives.RuleNegatives`; for every kind, one
+    `rule_negatives` is a `lace.edits.captions.RuleNegatives`; for every kind, one
     edit per caption (where the kind applies) is drawn with a seeded rng and encoded as a
     caption. At most `max_captions` captions (seeded draw) are used.
 

@@ -12,14 +12,15 @@ Both run on one image-caption set (the diagnostic dataset of `lace eval`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from lace.dictionary.build import LabelledDictionary, load_labelled_dictionary
-from lace.edits import CounterfactualEditor
+from lace.concepts.labelled import LabelledDictionary, load_labelled_dictionary
+from lace.edits import CounterfactualEditor, EditConfig, build_editor
 from lace.edits.spec import parse_pair
 from lace.errors import LaceInputError, input_error
 from lace.eval.brittleness import counterfactual_brittleness
@@ -48,6 +49,24 @@ def owned_concepts(labelled: LabelledDictionary) -> torch.Tensor:
     return labelled.labelling.ownership(len(labelled.directions)).sum(0) > 0
 
 
+def transplant_editor(labelled: LabelledDictionary, pair: str, config: EditConfig | None = None) -> CounterfactualEditor:
+    """The editor of named transplant 'a=b': `config` (default `EditConfig()`) making transplants only."""
+    return build_editor(labelled, dataclasses.replace(config or EditConfig(), kinds=("transplant",), target=pair))
+
+
+def transplant_edits(editor: CounterfactualEditor, z: torch.Tensor, pair: str, seed: int = 0) -> dict:
+    """Transplant 'a=b' of each image embedding z (B, d) and its two controls, as `Counterfactuals`
+    by name (transplant, random, arithmetic); the random control is seeded with `seed`.
+
+    A named edit is the same whatever the generator; the controls get their own, so that only the
+    transplant draws from torch's global generator, as it always has (later stages depend on it)."""
+    edit = f"transplant:{pair}"
+    return {"transplant": editor.apply(z, "image", edit),
+            "random": editor.apply(z, "image", edit, control="random", generator=torch.Generator().manual_seed(seed)),
+            "arithmetic": editor.apply(z, "image", edit, control="concept_arithmetic",
+                                       generator=torch.Generator().manual_seed(seed))}
+
+
 def check_transplants(labelled: LabelledDictionary, transplants: Sequence[str], concept_names: Sequence[str]) -> None:
     """Refuse a named transplant 'a=b' the editor cannot make or the captions cannot show."""
     for pair in transplants:
@@ -56,8 +75,7 @@ def check_transplants(labelled: LabelledDictionary, transplants: Sequence[str], 
             if name not in concept_names:
                 raise input_error(f"--transplant {pair}", None,
                                   "concepts of the vocabulary the captions are read with (--vocabulary)", name)
-        CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions,
-                             kinds=("transplant",), target=pair)  # raises on unknown, mistyped or unowned concepts
+        transplant_editor(labelled, pair)  # raises on unknown, mistyped or unowned concepts
 
 
 def choose_transplants(
@@ -134,7 +152,7 @@ def counterfactual_brittleness_with_controls(
 
 def transplant_retrieval(
     labelled: LabelledDictionary, gallery: torch.Tensor, shown: torch.Tensor, concept_names: Sequence[str],
-    pair: str, strength: float = 1.0, k: int = 10, seed: int = 0,
+    pair: str, config: EditConfig | None = None, k: int = 10, seed: int = 0,
 ) -> dict[str, float]:
     """Edit retrieval of one transplant 'a=b' inside the gallery's own image embeddings.
 
@@ -151,27 +169,18 @@ def transplant_retrieval(
     figures.update({name: float("nan") for name in RETRIEVAL_FIGURES})
     if len(rows) == 0:
         return figures
-    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions,
-                                  kinds=("transplant",), target=pair, strength=strength)
-    result = editor.apply(gallery[rows], "image", f"transplant:{pair}")
-    valid = result.valid[:, 0]
-    figures["proposed"] = float(result.records.proposed[:, 0].sum())
+    edits = transplant_edits(transplant_editor(labelled, pair, config), gallery[rows], pair, seed)
+    valid = edits["transplant"].valid[:, 0]
+    figures["proposed"] = float(edits["transplant"].records.proposed[:, 0].sum())
     figures["edited"] = float(valid.sum())
     if not valid.any():
         return figures
-    # the arithmetic control moves along e_b - e_a: direction rows in the order of the caption columns
-    directions = labelled.directions
-    direction_rows = torch.stack([
-        directions.directions[directions.index(name)].float() if name in directions else torch.zeros(gallery.shape[1])
-        for name in concept_names
-    ])  # (C', d)
     keep = shown[rows][valid].clone()
     keep[:, column[source]] = False
     n_edited = int(valid.sum())
     figures.update(edit_retrieval(
-        gallery[rows][valid], result.embeddings[valid, 0].detach(), gallery, shown,
-        torch.full((n_edited,), column[source]), torch.full((n_edited,), column[target]), direction_rows,
-        keep=keep, source_rows=rows[valid], k=k, seed=seed,
+        gallery[rows][valid], {name: made.embeddings[valid, 0].detach() for name, made in edits.items()},
+        gallery, shown, torch.full((n_edited,), column[target]), keep=keep, source_rows=rows[valid], k=k,
     ))
     return figures
 
@@ -185,7 +194,7 @@ def dictionary_diagnostics(
     rule_negatives,
     transplants: Sequence[str] = (),
     auto_transplants: int = 3,
-    strength: float = 1.0,
+    config: EditConfig | None = None,
     n_edits: int = 4,
     k: int = 10,
     seed: int = 0,
@@ -208,13 +217,13 @@ def dictionary_diagnostics(
         check_transplants(labelled, transplants, concept_names)
     else:
         transplants = choose_transplants(labelled, shown, concept_names, auto_transplants)
-    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions)
+    editor = build_editor(labelled, config)
     figures = {f"brittleness/{key}": value for key, value in counterfactual_brittleness_with_controls(
         editor, images, texts, text_image_index, n_edits=n_edits, seed=seed).items()}
     figures["edit_retrieval/pairs"] = float(len(transplants))
     per_pair = []
     for pair in transplants:
-        pair_figures = transplant_retrieval(labelled, images, shown, concept_names, pair, strength, k, seed)
+        pair_figures = transplant_retrieval(labelled, images, shown, concept_names, pair, config, k, seed)
         figures.update({f"edit_retrieval/{pair}/{key}": value for key, value in pair_figures.items()})
         if pair_figures["edited"] > 0:
             per_pair.append(pair_figures)

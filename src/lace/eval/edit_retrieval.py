@@ -2,8 +2,8 @@
 
 For each edited image embedding, look up its k nearest real images and count the share
 whose captions mention B, and the share that still show the source image's other
-concepts. Two controls of the same size (same angle from the original embedding): a
-random direction, and concept arithmetic along `e_B - e_A` with no sparse code.
+concepts. The two controls are the editor's own (`lace.edits.controls`): the same edits'
+step sizes along a random direction, and concept arithmetic along `e_B - e_A`.
 """
 
 from __future__ import annotations
@@ -12,20 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lace.eval.neighbours import topk_neighbours
-
-
-def rotate_towards(z: torch.Tensor, direction: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
-    """Move unit vectors z (B, d) by `angle` (B,) radians towards `direction` (B, d).
-
-    Only the part of `direction` orthogonal to z counts, so the result makes exactly
-    `angle` with z: the same step size as the edit it controls for.
-    """
-    orthogonal = direction - (direction * z).sum(-1, keepdim=True) * z
-    orthogonal = F.normalize(orthogonal, dim=-1)
-    return torch.cos(angle)[:, None] * z + torch.sin(angle)[:, None] * orthogonal
 
 
 def edit_angle(original: torch.Tensor, edited: torch.Tensor) -> torch.Tensor:
@@ -81,38 +69,32 @@ def edit_retrieval_shares(
 
 def edit_retrieval(
     original: torch.Tensor,
-    transplanted: torch.Tensor,
+    edits: dict[str, torch.Tensor],
     gallery: torch.Tensor,
     gallery_concepts: torch.Tensor,
-    source: torch.Tensor,
     target: torch.Tensor,
-    concept_directions: torch.Tensor,
     keep: torch.Tensor | None = None,
     source_rows: torch.Tensor | None = None,
     k: int = 10,
-    seed: int = 0,
 ) -> dict[str, float]:
-    """Edit retrieval of transplants A -> B against a random edit and a concept-arithmetic edit.
+    """Edit retrieval of transplants A -> B and of their controls.
 
     Args:
-        original: (B, d) source image embeddings; transplanted: (B, d) their transplants.
-        source, target: (B,) concept indices A and B.
-        concept_directions: (C, d) concept directions `e_c` (the arithmetic control moves
-            along `e_B - e_A`).
+        original: (B, d) source image embeddings.
+        edits: (B, d) edited embeddings by name: `transplant` and its controls (`random`,
+            `arithmetic`, from `CounterfactualEditor.apply(..., control=...)`).
+        target: (B,) concept index B of each edit.
         Other arguments as in `edit_retrieval_shares`.
 
-    Returns `transplant/target`, `random/target`, `arithmetic/target` (and `*/keep`),
-    plus `angle_degrees`, the mean size of the edits.
+    Returns `<name>/target` (and `<name>/keep`) per edit, plus `angle_degrees`, the mean
+    angle of the transplants from the originals.
     """
-    original, transplanted = torch.as_tensor(original).float(), torch.as_tensor(transplanted).float()
-    directions = torch.as_tensor(concept_directions).float()
-    angle = edit_angle(original, transplanted)  # (B,)
-    generator = torch.Generator().manual_seed(seed)
-    random_edit = rotate_towards(original, torch.randn(original.shape, generator=generator), angle)
-    arithmetic_edit = rotate_towards(original, directions[target] - directions[source], angle)
+    original = torch.as_tensor(original).float()
+    angle = edit_angle(original, torch.as_tensor(edits["transplant"]).float())  # (B,)
     figures: dict[str, float] = {"angle_degrees": float(torch.rad2deg(angle).mean())}
-    for name, edited in (("transplant", transplanted), ("random", random_edit), ("arithmetic", arithmetic_edit)):
-        shares = edit_retrieval_shares(edited, gallery, gallery_concepts, target, keep, source_rows, k)
+    for name, edited in edits.items():
+        shares = edit_retrieval_shares(torch.as_tensor(edited).float(), gallery, gallery_concepts, target, keep,
+                                       source_rows, k)
         figures.update({f"{name}/{key}": value for key, value in shares.items()})
     return figures
 

@@ -11,18 +11,18 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lace.config import config_to_dict
+from lace.edits.config import EditConfig
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import BENCHMARKS, get_benchmark
 from lace.eval.benchmarks.retrieval import dataset_embeddings
-from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
 from lace.eval.embedding_cache import EmbeddingCache
 
 
@@ -94,8 +94,8 @@ class EvalConfig:
     """Edit-retrieval transplants 'a=b' (default: chosen among same-type concepts in the captions)."""
     auto_transplants: int = 3
     """How many transplants to choose when none are named."""
-    transplant_strength: float = 1.0
-    """Weight multiplier of edit-retrieval transplants (the edit's size knob)."""
+    edit: EditConfig = field(default_factory=EditConfig)
+    """The editor of counterfactual brittleness and edit retrieval (`--edit-strength` sizes the transplants)."""
     counterfactual_edits: int = 4
     """Counterfactual edits per caption for counterfactual brittleness."""
 
@@ -133,7 +133,7 @@ def _load(name: str, config: EvalConfig):
 
 # Fields that change what is measured but not which images and captions are embedded.
 NOT_EMBEDDING_INPUTS = ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks", "dictionary",
-                        "transplants", "auto_transplants", "transplant_strength", "counterfactual_edits")
+                        "transplants", "auto_transplants", "edit", "counterfactual_edits")
 
 
 def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
@@ -165,7 +165,7 @@ def _diagnostic_dataset(config: EvalConfig, loaded: dict):
 
 def _rule_negatives(config: EvalConfig):
     from lace.concepts.vocabulary import load_vocabulary
-    from lace.train.rule_negatives import RuleNegatives
+    from lace.edits.captions import RuleNegatives
 
     vocabulary = config.vocabulary
     if vocabulary is None:
@@ -234,9 +234,9 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
         raise LaceInputError("--dictionary adds to the diagnostics: drop --no-diagnostics")
     if config.data is None and config.world is None:
         raise LaceInputError("--dictionary needs an image-caption set to diagnose: pass --data or --world")
-    if config.auto_transplants < 0 or config.counterfactual_edits < 1 or config.transplant_strength <= 0:
-        raise LaceInputError("expected --auto-transplants >= 0, --counterfactual-edits >= 1 and "
-                             "--transplant-strength > 0")
+    if config.auto_transplants < 0 or config.counterfactual_edits < 1:
+        raise LaceInputError("expected --auto-transplants >= 0 and --counterfactual-edits >= 1")
+    config.edit.validate("eval config: edit")
     labelled = load_dictionary_for_model(config.dictionary, encoder.embed_dim, model)
     concept_names = caption_concepts([], _rule_negatives(config))[1]
     check_transplants(labelled, config.transplants, concept_names)
@@ -245,25 +245,24 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
 
 def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool,
              labelled=None) -> dict:
-    """Geometry figures and rule-edit brittleness on one image-caption set; with a labelled
-    dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`)."""
-    from lace.eval.brittleness import rule_edit_brittleness
+    """Geometry figures and rule-edit brittleness on one image-caption set (`lace.eval.measure`); with a
+    labelled dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`)."""
+    from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
 
     images, texts = dataset_embeddings(cache, dataset)
     owner = dataset.caption_image_index
     figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
-    figures.update(geometry_diagnostics(images, texts, owner, GeometryOptions(
-        k=config.k, baseline=config.baseline, seed=config.seed)))
     rule_negatives = _rule_negatives(config)
-    brittleness = rule_edit_brittleness(encoder, images, dataset.captions, texts, owner, rule_negatives,
-                                        seed=config.seed, progress=progress)
-    figures.update({f"brittleness/{key}": value for key, value in brittleness.items()})
+    figures.update(measure(MeasuredSplit(images, texts, owner, dataset.captions, encoder),
+                           MeasureConfig(("geometry", "rule_brittleness"), k=config.k, baseline=config.baseline,
+                                         seed=config.seed),
+                           rules=rule_negatives, progress=progress))
     if labelled is not None:
         from lace.eval.dictionary_diagnostics import dictionary_diagnostics
 
         figures.update(dictionary_diagnostics(
             labelled, images, texts, owner, [record.captions for record in dataset.records], rule_negatives,
             transplants=config.transplants, auto_transplants=config.auto_transplants,
-            strength=config.transplant_strength, n_edits=config.counterfactual_edits, k=config.k, seed=config.seed,
+            config=config.edit, n_edits=config.counterfactual_edits, k=config.k, seed=config.seed,
         ))
     return figures

@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lace.dictionary.build import (
-    DictionaryFitConfig,
+from lace.concepts.labelled import (
     LabelledDictionary,
     concept_directions_for_store,
-    fit_labelled_dictionary,
     save_labelled_dictionary,
 )
 from lace.eval.edit_retrieval import caption_concepts
+from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
 from lace.study.features import SplitFeatures
 
 # Concepts worth showing first when they own a good atom: scenes and animals photographed often.
@@ -30,9 +29,11 @@ def fit_dictionary(
 ) -> LabelledDictionary:
     """Fit on (N_img, d) and (N_txt, d) base train embeddings; caption-mean directions from train captions."""
     directions = concept_directions_for_store(vocabulary, train.captions, train_texts, None, 5, log)
-    config = DictionaryFitConfig(atoms=atoms, sparsity=sparsity, vocabulary=vocabulary, max_seconds=max_seconds,
-                                 tau_align=tau_align)
-    labelled = fit_labelled_dictionary(train_images, train_texts, directions, config, progress=progress)
+    # tau_align against covariance-shaped random directions, and no binding directions: the study's
+    # LACE edits are METHOD.md's three kinds
+    config = DictionaryConfig(atoms=atoms, sparsity=sparsity, vocabulary=vocabulary, max_seconds=max_seconds,
+                              tau_align=tau_align, calibration="covariance", bindings=False)
+    labelled = fit_labelled_dictionary(train_images, train_texts, directions, config, progress=progress, log=log)
     save_labelled_dictionary(labelled, folder)
     return labelled
 

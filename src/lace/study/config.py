@@ -5,9 +5,11 @@ Every default was chosen for the full Flickr8k on a small CPU; the tests shrink 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from lace.edits.config import EditConfig
 from lace.errors import input_error
+from lace.experiment.variants import check_variants
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class HeadsTraining:
     """Linear warm-up steps."""
     init_temperature: float = 0.07
     """Initial temperature (the logit scale starts at 1 / temperature and is learned)."""
+    grad_clip_norm: float | None = None
+    """Clip the global gradient norm to this value, as `lace train` does (None: no clipping, the study's setting)."""
 
     def validate(self, where: str = "heads training") -> HeadsTraining:
         if self.epochs <= 0 or self.batch_size < 2 or self.lr <= 0 or not 0 <= self.dropout < 1:
@@ -50,15 +54,9 @@ DEFAULT_BASE_GRID: tuple[HeadsTraining, ...] = (
     HeadsTraining(hidden_dim=4096, dropout=0.6, lr=1e-3, weight_decay=0.1, epochs=20, batch_size=512),
 )
 
-VARIANTS: dict[str, dict[str, bool]] = {
-    "plain": {},
-    "rule negatives": {"rule_negatives": True},
-    "LACE": {"counterfactual_captions": True, "counterfactual_images": True},
-    "LACE + rule negatives": {"counterfactual_captions": True, "counterfactual_images": True, "rule_negatives": True},
-    "LACE captions only": {"counterfactual_captions": True},
-    "LACE images only": {"counterfactual_images": True},
-}
-"""Fine-tunes from the base: each differs from `plain` by its switches only."""
+STUDY_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives", "LACE captions only",
+                  "LACE images only")
+"""Fine-tunes from the base (names of `lace.experiment.variants.VARIANTS`)."""
 
 TRANSPLANTS: tuple[tuple[str, str], ...] = (("grass", "snow"), ("dog", "horse"), ("beach", "snow"), ("man", "woman"))
 
@@ -79,10 +77,12 @@ class StudyConfig:
     """Candidate base trainings; the best mean validation R@1 is kept."""
     finetune: HeadsTraining = HeadsTraining(epochs=6, lr=5e-4, warmup_steps=10)
     """Fine-tunes from the base (the head shape comes from the base)."""
-    variants: tuple[str, ...] = tuple(VARIANTS)
-    """Fine-tune variants to run (names of `VARIANTS`)."""
+    variants: tuple[str, ...] = STUDY_VARIANTS
+    """Fine-tune variants to run (names of `lace.experiment.variants.VARIANTS`)."""
     n_edits: int = 4
     """Counterfactual edits per embedding and side (M)."""
+    edit: EditConfig = field(default_factory=EditConfig)
+    """The editor of LACE fine-tuning and counterfactual brittleness (edit retrieval sets its own strengths)."""
     vocabulary: str = "natural"
     """Typed vocabulary for concepts, rule-made captions and edits."""
     atoms: int = 512
@@ -121,9 +121,10 @@ class StudyConfig:
         for candidate in self.base_grid:
             candidate.validate(f"{where}: base_grid")
         self.finetune.validate(f"{where}: finetune")
-        unknown = [v for v in self.variants if v not in VARIANTS]
-        if unknown or not self.variants:
-            raise input_error(where, "variants", f"a non-empty subset of {list(VARIANTS)}", unknown)
+        if not self.variants:
+            raise input_error(where, "variants", "at least one variant")
+        check_variants(self.variants, where)
+        self.edit.validate(f"{where}: edit")
         if self.n_edits < 1 or self.atoms < 1 or self.sparsity < 1 or self.neighbours < 1:
             raise input_error(where, "n_edits / atoms / sparsity / neighbours", "positive integers")
         return self
@@ -137,4 +138,4 @@ def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
     return replace(finetune, hidden_dim=base.hidden_dim, dropout=base.dropout, embed_dim=base.embed_dim)
 
 
-__all__ = ["DEFAULT_BASE_GRID", "TRANSPLANTS", "VARIANTS", "HeadsTraining", "StudyConfig", "heads_from"]
+__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TRANSPLANTS", "HeadsTraining", "StudyConfig", "heads_from"]

@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.flickr8k import read_flickr8k
-from lace.demo.stages import StageRunner, stage_key
-from lace.dictionary.build import load_labelled_dictionary
-from lace.edits import CounterfactualEditor
+from lace.edits import build_editor
+from lace.edits.captions import RuleNegatives
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
+from lace.experiment.stages import StageRunner, stage_key
+from lace.experiment.variants import variant_config
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
-from lace.study.config import VARIANTS, HeadsTraining, StudyConfig, heads_from
+from lace.study.config import HeadsTraining, StudyConfig, heads_from
 from lace.study.features import (
     SplitFeatures,
     TextFeatureBank,
@@ -44,7 +47,7 @@ from lace.study.heads import (
 from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
-from lace.train.rule_negatives import RuleNegatives
+from lace.train import TrainConfig
 
 MARKER = "study.json"
 
@@ -92,41 +95,18 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     encoder = TowersDualEncoder(TowersConfig())
     splits, throughput = dataset_features(encoder, dataset, cache_dir, config.image_batch_size,
                                           config.num_workers, config.progress)
-    train, val, test = splits["train"], splits["val"], splits["test"]
+    train, test = splits["train"], splits["test"]
     wall["features"] = time.perf_counter() - started
     data_key = stage_key(str(config.data), {n: (len(s.image_paths), len(s.captions)) for n, s in splits.items()},
                          test.captions[:5], train.captions[:5])
-
-    vocabulary = load_vocabulary(config.vocabulary)
-    rules = RuleNegatives(vocabulary)
+    rules = RuleNegatives(load_vocabulary(config.vocabulary))
     started = time.perf_counter()
-    negative_texts, negative_valid, items, brittle_texts, bank_texts = rule_made_texts(rules, train.captions, test, config)
-    bank = TextFeatureBank(encoder, bank_texts, cache_dir, progress=config.progress)
-    bank_rows = [bank.row[t] if ok else 0 for t, ok in zip(negative_texts, negative_valid)]
-    caption_negatives = CaptionNegatives(features=bank.features[bank_rows], valid=torch.from_numpy(negative_valid))
+    texts = _rule_made_bank(encoder, rules, train, test, config, cache_dir)
     wall["rule-made captions"] = time.perf_counter() - started
 
     # 2. base heads, chosen on validation ---------------------------------------------
     base_key = stage_key(data_key, [_settings_dict(s) for s in config.base_grid])
-    base_path = out / "models" / "base.safetensors"
-
-    def base_stage() -> dict:
-        rows, best, best_score = [], -1, -1.0
-        for i, settings in enumerate(config.base_grid):
-            fresh_heads(encoder, settings, seed=0)
-            summary = train_heads(encoder, train, settings, seed=0)
-            images, texts = embed_split(encoder, val)
-            recall = retrieval_recall(images, texts, val.caption_image_index)
-            score = 0.5 * (recall["i2t/R@1"] + recall["t2i/R@1"])
-            rows.append({"settings": _settings_dict(settings), "train": summary, "val": recall, "val_mean_R@1": score})
-            log(f"  base candidate {i}: val mean R@1 {score:.3f} ({summary['seconds']:.1f}s)")
-            if score > best_score:
-                best, best_score = i, score
-                save_heads(encoder, base_path)
-        load_heads(encoder, base_path)
-        return {"grid": rows, "chosen": best, "checkpoint": str(base_path.relative_to(out))}
-
-    base = runner.run("base", base_key, base_stage)
+    base = runner.run("base", base_key, lambda: _choose_base(encoder, splits, config.base_grid, out, log))
     base_settings = HeadsTraining(**base["grid"][base["chosen"]]["settings"])
     load_heads(encoder, out / base["checkpoint"])
     train_images, train_texts = embed_split(encoder, train)
@@ -136,26 +116,18 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     dictionary_key = stage_key(base_key, config.vocabulary, config.atoms, config.sparsity, config.dictionary_seconds,
                                config.tau_align)
     dictionary_folder = out / "models" / "dictionary"
-
-    def dictionary_stage() -> dict:
-        labelled = fit_dictionary(train_images, train_texts, train, config.vocabulary, config.atoms, config.sparsity,
-                                  config.dictionary_seconds, dictionary_folder, config.tau_align, config.progress, log)
-        figures = alignment_figures(labelled)
-        figures["examples"] = top_examples(labelled, test_images, test_texts, test, rules, figures,
-                                           config.concepts_shown)
-        return figures
-
-    dictionary = runner.run("dictionary", dictionary_key, dictionary_stage)
+    dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary_stage(
+        config, (train_images, train_texts, train), (test_images, test_texts, test), rules, dictionary_folder, log))
     labelled = load_labelled_dictionary(dictionary_folder)
-    editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions)
+    editor = build_editor(labelled, config.edit)
 
     def measure() -> dict:
-        return measure_model(encoder, test, bank, rules, items, editor, config.n_edits,
+        return measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.n_edits,
                              config.rule_brittleness_captions, config.neighbours)
 
     # 3. geometry and brittleness of the base ---------------------------------------------
-    measure_key = stage_key(dictionary_key, config.n_edits, config.rule_brittleness_captions, config.items_per_kind,
-                            config.neighbours)
+    measure_key = stage_key(dictionary_key, config.n_edits, config.edit, config.rule_brittleness_captions,
+                            config.items_per_kind, config.neighbours)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
     # 5. edit retrieval --------------------------------------------------------------------
@@ -166,18 +138,8 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
 
     # 6. fine-tunes from the base -------------------------------------------------------------
     settings = heads_from(base_settings, config.finetune)
-    finetunes: dict[str, list[dict]] = {}
-    for variant in config.variants:
-        switches = Switches(**VARIANTS[variant])
-        for seed in range(config.seeds):
-            def finetune_stage(switches=switches, seed=seed) -> dict:
-                load_heads(encoder, out / base["checkpoint"])
-                summary = train_heads(encoder, train, settings, seed, switches, editor, config.n_edits, caption_negatives)
-                return {"train": summary, "figures": measure()}
-
-            name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
-            result = runner.run(name, stage_key(measure_key, _settings_dict(settings), variant, seed), finetune_stage)
-            finetunes.setdefault(variant, []).append(result)
+    finetunes = _finetunes(encoder, runner, config, train, settings, out / base["checkpoint"], editor,
+                           texts.caption_negatives, measure, measure_key)
     load_heads(encoder, out / base["checkpoint"])
 
     wall.update(runner.wall_times)
@@ -185,23 +147,90 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
         "config": dataclasses.asdict(config),
         "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
         "throughput": throughput,
-        "bank": {"texts": len(bank), "train_negatives": int(negative_valid.sum()), "items": len(items),
-                 "rule_brittleness_texts": len(brittle_texts)},
-        "base": base,
-        "base_settings": _settings_dict(base_settings),
-        "finetune_settings": _settings_dict(settings),
-        "base_figures": base_figures,
-        "dictionary": dictionary,
-        "edit_retrieval": transplants,
-        "finetunes": finetunes,
-        "summary": summarise(finetunes, base_figures),
-        "wall_seconds": wall,
-        "reused_stages": runner.reused,
-        "total_seconds": time.perf_counter() - study_started,
+        "bank": {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()),
+                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts)},
+        "base": base, "base_settings": _settings_dict(base_settings), "finetune_settings": _settings_dict(settings),
+        "base_figures": base_figures, "dictionary": dictionary, "edit_retrieval": transplants,
+        "finetunes": finetunes, "summary": summarise(finetunes, base_figures),
+        "wall_seconds": wall, "reused_stages": runner.reused, "total_seconds": time.perf_counter() - study_started,
     }
     atomic_write_json(out / "results.json", results)
     write_study_report(results, out)
     return results
+
+
+def _dictionary_stage(config: StudyConfig, train: tuple, test: tuple, rules: RuleNegatives, folder: Path,
+                      log) -> dict:
+    """Fit the dictionary on the base's (images, texts, split) of train into `folder`; its alignment
+    figures and, on test, the top examples of the best-aligned concepts."""
+    train_images, train_texts, train_split = train
+    test_images, test_texts, test_split = test
+    labelled = fit_dictionary(train_images, train_texts, train_split, config.vocabulary, config.atoms, config.sparsity,
+                              config.dictionary_seconds, folder, config.tau_align, config.progress, log)
+    figures = alignment_figures(labelled)
+    figures["examples"] = top_examples(labelled, test_images, test_texts, test_split, rules, figures,
+                                       config.concepts_shown)
+    return figures
+
+
+@dataclass
+class _RuleMadeTexts:
+    """The study's rule-made captions and their cached tower features."""
+
+    bank: TextFeatureBank
+    caption_negatives: CaptionNegatives
+    negative_valid: np.ndarray
+    items: list[dict]
+    brittle_texts: list[str]
+
+
+def _rule_made_bank(encoder: TowersDualEncoder, rules: RuleNegatives, train: SplitFeatures, test: SplitFeatures,
+                    config: StudyConfig, cache_dir: Path) -> _RuleMadeTexts:
+    """Encode every rule-made caption once: training negatives, SugarCrepe-style items, brittleness edits."""
+    negative_texts, negative_valid, items, brittle_texts, bank_texts = rule_made_texts(rules, train.captions, test, config)
+    bank = TextFeatureBank(encoder, bank_texts, cache_dir, progress=config.progress)
+    bank_rows = [bank.row[t] if ok else 0 for t, ok in zip(negative_texts, negative_valid)]
+    caption_negatives = CaptionNegatives(features=bank.features[bank_rows], valid=torch.from_numpy(negative_valid))
+    return _RuleMadeTexts(bank, caption_negatives, negative_valid, items, brittle_texts)
+
+
+def _choose_base(encoder: TowersDualEncoder, splits: dict[str, SplitFeatures], grid: tuple[HeadsTraining, ...],
+                 out: Path, log) -> dict:
+    """Train every candidate of `grid` from seed 0; keep (and save) the best mean validation R@1."""
+    base_path = out / "models" / "base.safetensors"
+    rows, best, best_score = [], -1, -1.0
+    for i, settings in enumerate(grid):
+        fresh_heads(encoder, settings, seed=0)
+        summary = train_heads(encoder, splits["train"], settings, seed=0)
+        images, texts = embed_split(encoder, splits["val"])
+        recall = retrieval_recall(images, texts, splits["val"].caption_image_index)
+        score = 0.5 * (recall["i2t/R@1"] + recall["t2i/R@1"])
+        rows.append({"settings": _settings_dict(settings), "train": summary, "val": recall, "val_mean_R@1": score})
+        log(f"  base candidate {i}: val mean R@1 {score:.3f} ({summary['seconds']:.1f}s)")
+        if score > best_score:
+            best, best_score = i, score
+            save_heads(encoder, base_path)
+    load_heads(encoder, base_path)
+    return {"grid": rows, "chosen": best, "checkpoint": str(base_path.relative_to(out))}
+
+
+def _finetunes(encoder: TowersDualEncoder, runner: StageRunner, config: StudyConfig, train: SplitFeatures,
+               settings: HeadsTraining, base_checkpoint: Path, editor, caption_negatives: CaptionNegatives,
+               measure, measure_key: str) -> dict[str, list[dict]]:
+    """Every variant of `config.variants` fine-tuned from the base per seed, each measured on test."""
+    finetunes: dict[str, list[dict]] = {}
+    for variant in config.variants:
+        switches = Switches.of(variant_config(TrainConfig(), variant))
+        for seed in range(config.seeds):
+            def finetune_stage(switches=switches, seed=seed) -> dict:
+                load_heads(encoder, base_checkpoint)
+                summary = train_heads(encoder, train, settings, seed, switches, editor, config.n_edits, caption_negatives)
+                return {"train": summary, "figures": measure()}
+
+            name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
+            result = runner.run(name, stage_key(measure_key, _settings_dict(settings), variant, seed), finetune_stage)
+            finetunes.setdefault(variant, []).append(result)
+    return finetunes
 
 
 SUMMARY_METRICS = (

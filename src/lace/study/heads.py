@@ -47,6 +47,11 @@ class Switches:
     counterfactual_images: bool = False
     rule_negatives: bool = False
 
+    @classmethod
+    def of(cls, config) -> Switches:
+        """The switches of a `TrainConfig` (its rule-made caption negatives read from cached features)."""
+        return cls(config.counterfactual_captions, config.counterfactual_images, config.caption_negatives)
+
 
 def caption_rows_by_image(caption_image_index: np.ndarray, n_images: int) -> list[np.ndarray]:
     """For each image, the rows of its captions."""
@@ -106,6 +111,8 @@ def train_heads(
         loss = lace_loss(U, V, scale, caption_extra, caption_valid, image_extra, image_valid)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if settings.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(encoder.parameters(), settings.grad_clip_norm)
         optimizer.step()
         clamp_logit_scale(encoder.logit_scale)
         losses.append(loss.item())

@@ -13,12 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from lace.edits.captions import RuleNegatives
 from lace.encoders.towers.model import TowersDualEncoder
-from lace.eval.brittleness import counterfactual_brittleness, rule_edit_brittleness
-from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
-from lace.eval.hubness import k_occurrence
+from lace.eval.brittleness import rule_edit_brittleness
+from lace.eval.measure import MeasureConfig, MeasuredSplit, measure, register
 from lace.eval.metrics import pairwise_accuracy
-from lace.eval.neighbours import cross_neighbours
 from lace.study.features import (
     BankTextEncoder,
     RecordingTextEncoder,
@@ -26,7 +25,6 @@ from lace.study.features import (
     TextFeatureBank,
 )
 from lace.study.heads import embed_split
-from lace.train.rule_negatives import RuleNegatives
 
 # SugarCrepe's file names for the rule kinds that have a counterpart there (it also has
 # add_att / add_obj, which a replace-or-swap rule editor cannot make).
@@ -101,17 +99,16 @@ def measure_model(
     """Figures of one model on `test`; flat names as `lace eval` writes them, plus
     `sugarcrepe_style/<kind>` and `nk/{i2t,t2i}` (the N_k of every gallery item)."""
     images, texts = embed_split(encoder, test)
-    figures: dict = dict(geometry_diagnostics(images, texts, test.caption_image_index, GeometryOptions(k=k)))
-    rule = rule_edit_brittleness(BankTextEncoder(encoder, bank), images, test.captions, texts,
-                                 test.caption_image_index, rules, max_captions=rule_captions, seed=0)
-    figures.update({f"brittleness/{name}": value for name, value in rule.items()})
-    if editor is not None:
-        counterfactual = counterfactual_brittleness(editor, images, texts, test.caption_image_index, n_edits=n_edits)
-        figures.update({f"brittleness/{name}": value for name, value in counterfactual.items()})
     negatives = encoder.head_text(bank.lookup([item["negative_caption"] for item in items])) if items else None
-    figures.update({f"sugarcrepe_style/{name}": value
-                    for name, value in score_items(images, texts, negatives, items).items()})
-    forward, backward = cross_neighbours(images, texts, k)
-    figures["nk/i2t"] = k_occurrence(forward.indices, texts.shape[0], k).tolist()
-    figures["nk/t2i"] = k_occurrence(backward.indices, images.shape[0], k).tolist()
-    return figures
+    measures = ("geometry", "rule_brittleness") + (("counterfactual_brittleness",) if editor is not None else ())
+    split = MeasuredSplit(images, texts, test.caption_image_index, test.captions, BankTextEncoder(encoder, bank))
+    return measure(split, MeasureConfig(measures + ("sugarcrepe_style", "n_k"), k=k, n_edits=n_edits,
+                                        rule_captions=rule_captions, seed=0),
+                   rules=rules, editor=editor, items=items, negatives=negatives)
+
+
+@register("sugarcrepe_style")
+def _sugarcrepe_style(split: MeasuredSplit, config: MeasureConfig, inputs: dict) -> dict:
+    """`sugarcrepe_style/<kind>`: image->text accuracy on input `items` against their `negatives` (N, d)."""
+    scores = score_items(split.images, split.texts, inputs.get("negatives"), inputs.get("items") or [])
+    return {f"sugarcrepe_style/{name}": value for name, value in scores.items()}

@@ -40,6 +40,7 @@ def _thumbnail(path: str, size: int = 160) -> Image.Image:
         return image.copy()
 
 
+# long: the report's seven sections in reading order, each a heading, tables or figures and sentences
 def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)

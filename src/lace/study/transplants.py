@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from lace.dictionary.build import LabelledDictionary
-from lace.edits import CounterfactualEditor
+from lace.concepts.labelled import LabelledDictionary
+from lace.edits import EditConfig
 from lace.errors import LaceInputError
+from lace.eval.dictionary_diagnostics import transplant_editor, transplant_edits
 from lace.eval.edit_retrieval import edit_retrieval
 from lace.eval.neighbours import topk_neighbours
 from lace.study.concept_atoms import mentions_per_image
@@ -27,10 +28,6 @@ def transplant_retrieval(
     named_any, names = mentions_per_image(test, rules, min_captions=1)  # (N_img, C)
     named_often, _ = mentions_per_image(test, rules, min_captions=3)
     column = {name: i for i, name in enumerate(names)}
-    directions = torch.zeros(len(names), labelled.directions.directions.shape[1])
-    for name, i in column.items():
-        if name in labelled.directions:
-            directions[i] = labelled.directions.directions[labelled.directions.index(name)]
     rows = []
     for source, target in pairs:
         base = {"source": source, "target": target}
@@ -41,13 +38,14 @@ def transplant_retrieval(
             continue
         shown = named_any[:, column[source]]
         for strength in strengths:
-            editor = CounterfactualEditor(labelled.dictionary, labelled.labelling, labelled.directions,
-                                          kinds=("transplant",), strength=strength)
+            pair = f"{source}={target}"
             try:
-                edited = editor.apply(test_images, "image", f"transplant:{source}={target}")
+                edits = transplant_edits(transplant_editor(labelled, pair, EditConfig(strength=strength)),
+                                         test_images, pair, seed)
             except LaceInputError as error:  # e.g. a concept owning no aligned atom: reported, not hidden
                 rows.append({**base, "strength": strength, "skipped": str(error)})
                 continue
+            edited = edits["transplant"]
             usable = (edited.valid[:, 0].cpu() & shown).nonzero().squeeze(1)
             row = {**base, "strength": strength, "n_source_images": int(shown.sum()), "n_edited": int(usable.numel()),
                    "target_base_rate": float(named_any[:, column[target]].float().mean())}
@@ -56,9 +54,9 @@ def transplant_retrieval(
                 keep[:, column[source]] = False
                 keep[:, column[target]] = False
                 row.update(edit_retrieval(
-                    test_images[usable], edited.embeddings[usable, 0], test_images, named_any,
-                    torch.full((usable.numel(),), column[source]), torch.full((usable.numel(),), column[target]),
-                    directions, keep=keep, source_rows=usable, k=k, seed=seed))
+                    test_images[usable], {name: made.embeddings[usable, 0] for name, made in edits.items()},
+                    test_images, named_any, torch.full((usable.numel(),), column[target]), keep=keep,
+                    source_rows=usable, k=k))
                 if strength == max(strengths):
                     row["example"] = _example(labelled, test_images, edited.embeddings[:, 0], int(usable[0]), test)
             rows.append(row)

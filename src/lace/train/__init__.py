@@ -4,6 +4,5 @@ from lace.train.config import TrainConfig
 from lace.train.data import TensorPairs
 from lace.train.export import export_run
 from lace.train.loop import TrainResult, train
-from lace.train.rule_negatives import RuleNegatives
 
-__all__ = ["RuleNegatives", "TensorPairs", "TrainConfig", "TrainResult", "export_run", "train"]
+__all__ = ["TensorPairs", "TrainConfig", "TrainResult", "export_run", "train"]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from lace.edits.captions import KINDS as RULE_KINDS
+from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.train.rule_negatives import KINDS as RULE_KINDS
 
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
-EDIT_KINDS = ("attenuate", "swap", "transplant", "rebind")
 # rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
 DEFAULT_EDIT_KINDS = ("attenuate", "swap", "transplant")
 MISSING_IMAGE_POLICIES = ("skip", "error")
@@ -71,8 +71,8 @@ class TrainConfig:
     """Text-only baseline: rule-made captions (NegCLIP style), encoded as text, are image->text negatives."""
     counterfactual_source: str = "dictionary"
     """How counterfactuals are made: dictionary (sparse-code edits) or concept_arithmetic (ablation)."""
-    edit_kinds: tuple[str, ...] = DEFAULT_EDIT_KINDS
-    """Counterfactual edit kinds to draw from: attenuate, swap, transplant, rebind (needs a dictionary with bindings)."""
+    edit: EditConfig = field(default_factory=lambda: EditConfig(kinds=DEFAULT_EDIT_KINDS))
+    """The counterfactual editor's knobs (`--edit-<knob>`; `edit:` in YAML)."""
     rule_negative_kinds: tuple[str, ...] = RULE_KINDS
     """Rule-made caption negative kinds: swap_attributes, swap_objects, replace_attribute, replace_object, replace_relation."""
     rule_negatives_per_caption: int = 1
@@ -122,8 +122,8 @@ class TrainConfig:
         ):
             if value not in allowed:
                 raise input_error(where, name, f"one of {allowed}", value)
-        for name, values, allowed in (("edit_kinds", self.edit_kinds, EDIT_KINDS),
-                                      ("rule_negative_kinds", self.rule_negative_kinds, RULE_KINDS)):
+        self.edit.validate(f"{where}: edit")
+        for name, values, allowed in (("rule_negative_kinds", self.rule_negative_kinds, RULE_KINDS),):
             if not values or any(v not in allowed for v in values):
                 raise input_error(where, name, f"a non-empty subset of {allowed}", values)
         for name in ("warmup_steps", "checkpoint_every", "keep_checkpoints", "refresh_dictionary_every",

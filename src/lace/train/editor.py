@@ -14,20 +14,17 @@ import torch
 
 from lace.concepts.bindings import load_bindings
 from lace.concepts.directions import ConceptDirections, directions_from_templates
+from lace.concepts.labelled import LabelledDictionary
 from lace.concepts.labelling import AtomLabelling, label_atoms
 from lace.concepts.vocabulary import load_vocabulary
 from lace.dictionary.concept_dictionary import ConceptDictionary
-from lace.edits import CounterfactualEditor
+from lace.edits import CounterfactualEditor, build_editor
 from lace.encoders import DualEncoder
 from lace.errors import LaceInputError
 from lace.train.config import TrainConfig
 
-# Settings a refreshed editor keeps from the one it replaces.
-EDITOR_SETTINGS = ("kinds", "gamma", "strength", "target", "tau_use", "effect_check", "atom_level",
-                   "swap_min_gap", "attenuate_margin", "bindings")
 
-
-def build_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEditor:
+def run_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEditor:
     """Editor from `config.dictionary` (a `ConceptDictionary` folder) and `config.vocabulary`.
 
     The dictionary's dimension is checked against the encoder before anything else.
@@ -60,14 +57,14 @@ def build_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEdi
     else:
         labelling = label_atoms(dictionary, directions)
     # compound directions, when the folder has them, let the editor rebind
-    return CounterfactualEditor(dictionary, labelling, directions, kinds=config.edit_kinds, bindings=load_bindings(folder))
+    return build_editor(LabelledDictionary(dictionary, directions, labelling, load_bindings(folder)), config.edit)
 
 
 def refresh_editor(editor: CounterfactualEditor, image_embeddings: torch.Tensor,
                    text_embeddings: torch.Tensor) -> CounterfactualEditor:
     """A new editor whose dictionary is refitted on (N, d) recent image and text embeddings.
 
-    Same dictionary parameters, concept directions, alignment threshold and edit settings.
+    Same dictionary parameters, concept directions, bindings, alignment threshold and `EditConfig`.
     """
     old = editor.dictionary
     extra = {"directions": editor.directions} if old.mode == "vocabulary" else {}
@@ -77,5 +74,4 @@ def refresh_editor(editor: CounterfactualEditor, image_embeddings: torch.Tensor,
     # the alignment threshold is the replaced editor's, however it was calibrated: a refit changes the
     # atoms, not what counts as aligned
     labelling = label_atoms(dictionary, editor.directions, images, texts, tau_align=editor.tau_align)
-    settings = {name: getattr(editor, name) for name in EDITOR_SETTINGS if hasattr(editor, name)}
-    return CounterfactualEditor(dictionary, labelling, editor.directions, **settings)
+    return build_editor(LabelledDictionary(dictionary, editor.directions, labelling, editor.bindings), editor.config)

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
+from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
@@ -43,7 +44,7 @@ from lace.train.data import (
     drop_missing_images,
 )
 from lace.train.distributed import barrier, gather_rows, gather_with_grad, sum_over_processes
-from lace.train.editor import build_editor, refresh_editor
+from lace.train.editor import refresh_editor, run_editor
 from lace.train.negatives import (
     Negatives,
     check_editor_dimension,
@@ -51,7 +52,6 @@ from lace.train.negatives import (
     rule_made_captions,
 )
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
-from lace.train.rule_negatives import RuleNegatives
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Trainer:
             self.total_steps = math.ceil(config.epochs * self.order.batches_per_epoch / config.grad_accumulation)
         self.editor = None
         if config.uses_counterfactuals:
-            self.editor = editor if editor is not None else build_editor(config, self.encoder)
+            self.editor = editor if editor is not None else run_editor(config, self.encoder)
             check_editor_dimension(self.editor, self.encoder.embed_dim, config.dictionary or "editor")
         self.rules = None
         if config.caption_negatives:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lace.edits.captions import RuleNegatives
 from lace.errors import LaceInputError
-from lace.train.rule_negatives import RuleNegatives
 
 
 @dataclass

@@ -139,6 +139,7 @@ def _check_subset(
         )
 
 
+# long: one check per WorldConfig field, in field order, each naming its field; split up they would scatter
 def validate_config(config: WorldConfig) -> None:
     """Raise `LaceInputError` naming the first field that cannot make a world."""
     if config.n_images < 1:

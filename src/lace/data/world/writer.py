@@ -183,6 +183,97 @@ def _samples(config: WorldConfig, combinations: Combinations, tasks: list[tuple[
         yield from pool.imap(_build_in_worker, tasks, chunksize=32)
 
 
+class _WorldFiles:
+    """The world's output formats, filled image by image and written at the end: PNGs, COCO captions
+    and Karpathy JSON per caption style, scene graphs, binding and Winoground items, webdataset shards."""
+
+    def __init__(self, config: WorldConfig, out: Path):
+        self.config, self.out = config, out
+        self.coco = {(s, style): {"images": [], "annotations": []} for s in SPLITS for style in CAPTION_STYLES}
+        self.karpathy = {style: [] for style in CAPTION_STYLES}
+        self.scenes = {s: [] for s in SPLITS}
+        self.items = {s: [] for s in BENCHMARK_SPLITS}
+        self.winoground = {s: [] for s in BENCHMARK_SPLITS}
+        self.shards = ({s: _ShardWriter(out / "shards", s, config.shard_size) for s in SPLITS}
+                       if config.webdataset else {})
+        self.next_caption_id = dict.fromkeys(CAPTION_STYLES, 0)
+        self.rendered = 0
+        for split in SPLITS:
+            (out / "images" / split).mkdir(parents=True, exist_ok=True)
+
+    def add(self, image_id: int, sample: dict) -> None:
+        """One rendered scene: its image, captions, scene graph, shard entry and benchmark items."""
+        scene, captions = sample["scene"], sample["captions"]
+        split = scene["split"]
+        file_name = f"images/{split}/{scene['id']}.png"
+        (self.out / file_name).write_bytes(sample["png"])
+        self.rendered += 1
+        self.scenes[split].append(json.dumps(scene, sort_keys=True))
+        for style in CAPTION_STYLES:
+            self._add_captions(image_id, split, scene, file_name, style, captions[style])
+        if self.config.webdataset:
+            style = self.config.webdataset_style
+            self.shards[split].add(scene["id"], sample["png"], "\n".join(captions[style]),
+                                   {"scene": scene, "captions": captions[style], "captions_by_style": captions})
+        if split in BENCHMARK_SPLITS:
+            self._add_benchmark(split, scene, file_name, sample)
+
+    def _add_captions(self, image_id: int, split: str, scene: dict, file_name: str, style: str,
+                      captions: list[str]) -> None:
+        record = {"id": image_id, "file_name": file_name, "width": self.config.image_size,
+                  "height": self.config.image_size}
+        self.coco[split, style]["images"].append(record)
+        sentences = []
+        for caption in captions:
+            sentence_id = self.next_caption_id[style]
+            self.next_caption_id[style] += 1
+            self.coco[split, style]["annotations"].append({"id": sentence_id, "image_id": image_id, "caption": caption})
+            sentences.append({"raw": caption, "tokens": caption_tokens(caption), "imgid": image_id,
+                              "sentid": sentence_id})
+        self.karpathy[style].append({
+            "filepath": f"images/{split}", "filename": f"{scene['id']}.png", "split": split, "imgid": image_id,
+            "cocoid": image_id, "sentids": [s["sentid"] for s in sentences], "sentences": sentences,
+        })
+
+    def _add_benchmark(self, split: str, scene: dict, file_name: str, sample: dict) -> None:
+        negative_folder = self.out / "benchmarks" / "images" / split
+        negative_folder.mkdir(parents=True, exist_ok=True)
+        for item in sample["items"]:
+            (negative_folder / item["negative_name"]).write_bytes(item["negative_png"])
+            self.rendered += 1
+            item["record"] = {
+                "family": item["family"], "filename": file_name, "caption": item["caption"],
+                "negative_caption": item["negative_caption"],
+                "negative_filename": f"benchmarks/images/{split}/{item['negative_name']}",
+                "scene_id": scene["id"], "edit": item["edit"],
+            }
+            self.items[split].append(item["record"])
+        chosen = sample["winoground"]
+        if chosen is not None:
+            record = chosen["record"]
+            self.winoground[split].append({
+                "id": f"{scene['id']}_{record['family']}", "family": record["family"],
+                "image_0": record["filename"], "image_1": record["negative_filename"],
+                "caption_0": record["caption"], "caption_1": record["negative_caption"],
+            })
+
+    def write(self) -> None:
+        """Every JSON, JSONL and YAML file of the world (the PNGs are written as they come)."""
+        out = self.out
+        for writer in self.shards.values():
+            writer.flush()
+        for (split, style), content in self.coco.items():
+            _write_compact_json(out / "annotations" / f"captions_{split}_{style}.json", content)
+        for style, images in self.karpathy.items():
+            _write_compact_json(out / f"karpathy_{style}.json", {"images": images, "dataset": "world"})
+        for split, lines in self.scenes.items():
+            atomic_write_text(out / f"scenes_{split}.jsonl", "".join(line + "\n" for line in lines))
+        for split in BENCHMARK_SPLITS:
+            _write_compact_json(out / "benchmarks" / f"{split}.json", self.items[split])
+            atomic_write_json(out / "benchmarks" / f"{split}_winoground.json", self.winoground[split])
+        atomic_write_text(out / "vocabulary.yaml", yaml.safe_dump(world_vocabulary(self.config), sort_keys=False))
+
+
 def generate_world(
     config: WorldConfig, out_dir: str | Path, overwrite: bool = False, progress: bool = True
 ) -> WorldSummary:
@@ -192,127 +283,14 @@ def generate_world(
     cpu_start = time.process_time()  # this process's CPU time: fair on a busy machine (workers=1)
     combinations = colour_shape_combinations(config)
     sizes = split_sizes(config)
-    coco = {
-        (s, style): {"images": [], "annotations": []} for s in SPLITS for style in CAPTION_STYLES
-    }
-    karpathy = {style: [] for style in CAPTION_STYLES}
-    scenes = {s: [] for s in SPLITS}
-    items_out = {s: [] for s in BENCHMARK_SPLITS}
-    winoground = {s: [] for s in BENCHMARK_SPLITS}
-    shards = (
-        {s: _ShardWriter(out / "shards", s, config.shard_size) for s in SPLITS}
-        if config.webdataset
-        else {}
-    )
-    next_caption_id = dict.fromkeys(CAPTION_STYLES, 0)
-    rendered = 0
     tasks = [(split, index) for split in SPLITS for index in range(sizes[split])]
-    for split in SPLITS:
-        (out / "images" / split).mkdir(parents=True, exist_ok=True)
-    for image_id, sample in enumerate(
-        tqdm(
-            _samples(config, combinations, tasks),
-            total=len(tasks),
-            desc="world",
-            unit="img",
-            disable=not progress,
-        )
-    ):
-        scene, captions = sample["scene"], sample["captions"]
-        split = scene["split"]
-        file_name = f"images/{split}/{scene['id']}.png"
-        (out / file_name).write_bytes(sample["png"])
-        rendered += 1
-        scenes[split].append(json.dumps(scene, sort_keys=True))
-        for style in CAPTION_STYLES:
-            record = {
-                "id": image_id,
-                "file_name": file_name,
-                "width": config.image_size,
-                "height": config.image_size,
-            }
-            coco[split, style]["images"].append(record)
-            sentences = []
-            for caption in captions[style]:
-                sentence_id = next_caption_id[style]
-                next_caption_id[style] += 1
-                coco[split, style]["annotations"].append(
-                    {"id": sentence_id, "image_id": image_id, "caption": caption}
-                )
-                sentences.append(
-                    {
-                        "raw": caption,
-                        "tokens": caption_tokens(caption),
-                        "imgid": image_id,
-                        "sentid": sentence_id,
-                    }
-                )
-            karpathy[style].append(
-                {
-                    "filepath": f"images/{split}",
-                    "filename": f"{scene['id']}.png",
-                    "split": split,
-                    "imgid": image_id,
-                    "cocoid": image_id,
-                    "sentids": [s["sentid"] for s in sentences],
-                    "sentences": sentences,
-                }
-            )
-        if config.webdataset:
-            text = "\n".join(captions[config.webdataset_style])
-            shards[split].add(
-                scene["id"],
-                sample["png"],
-                text,
-                {
-                    "scene": scene,
-                    "captions": captions[config.webdataset_style],
-                    "captions_by_style": captions,
-                },
-            )
-        if split in BENCHMARK_SPLITS:
-            negative_folder = out / "benchmarks" / "images" / split
-            negative_folder.mkdir(parents=True, exist_ok=True)
-            for item in sample["items"]:
-                (negative_folder / item["negative_name"]).write_bytes(item["negative_png"])
-                rendered += 1
-                item["record"] = {
-                    "family": item["family"],
-                    "filename": file_name,
-                    "caption": item["caption"],
-                    "negative_caption": item["negative_caption"],
-                    "negative_filename": f"benchmarks/images/{split}/{item['negative_name']}",
-                    "scene_id": scene["id"],
-                    "edit": item["edit"],
-                }
-                items_out[split].append(item["record"])
-            chosen = sample["winoground"]
-            if chosen is not None:
-                record = chosen["record"]
-                winoground[split].append(
-                    {
-                        "id": f"{scene['id']}_{record['family']}",
-                        "family": record["family"],
-                        "image_0": record["filename"],
-                        "image_1": record["negative_filename"],
-                        "caption_0": record["caption"],
-                        "caption_1": record["negative_caption"],
-                    }
-                )
-    for writer in shards.values():
-        writer.flush()
-    for (split, style), content in coco.items():
-        _write_compact_json(out / "annotations" / f"captions_{split}_{style}.json", content)
-    for style, images in karpathy.items():
-        _write_compact_json(out / f"karpathy_{style}.json", {"images": images, "dataset": "world"})
-    for split, lines in scenes.items():
-        atomic_write_text(out / f"scenes_{split}.jsonl", "".join(line + "\n" for line in lines))
-    for split in BENCHMARK_SPLITS:
-        _write_compact_json(out / "benchmarks" / f"{split}.json", items_out[split])
-        atomic_write_json(out / "benchmarks" / f"{split}_winoground.json", winoground[split])
-    atomic_write_text(
-        out / "vocabulary.yaml", yaml.safe_dump(world_vocabulary(config), sort_keys=False)
-    )
+    files = _WorldFiles(config, out)
+    samples = tqdm(_samples(config, combinations, tasks), total=len(tasks), desc="world", unit="img",
+                   disable=not progress)
+    for image_id, sample in enumerate(samples):
+        files.add(image_id, sample)
+    files.write()
+    rendered, items_out, winoground = files.rendered, files.items, files.winoground
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
     summary = WorldSummary(

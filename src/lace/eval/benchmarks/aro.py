@@ -36,6 +36,7 @@ import torch
 
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_karpathy
+from lace.edits.captions import RuleNegatives
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
@@ -55,7 +56,6 @@ from lace.eval.order_perturbations import (
     pre_caption,
 )
 from lace.io import read_json
-from lace.train.rule_negatives import RuleNegatives
 
 VG_FILES = {"vg_relation": "visual_genome_relation.json", "vg_attribution": "visual_genome_attribution.json"}
 KARPATHY_URL = "cs.stanford.edu/people/karpathy/deepimagesent"

@@ -10,7 +10,8 @@ Five kinds, each changing one thing in the caption and nothing else:
 - `replace_relation`: one relation phrase becomes another relation of the vocabulary.
 
 Matching is on lower-cased words, longest phrase first ("teddy bear", "to the left of"),
-with plurals of objects ("dogs" matches "dog" and a replacement keeps the plural), the
+with plurals of objects (`lace.concepts.mentions.plural`: "dogs" matches "dog" and a replacement keeps
+the plural), the
 article before a replaced word fixed ("an apple" -> "a pear") and a capital first letter kept.
 The vocabulary is a `lace.concepts.vocabulary.Vocabulary`.
 """
@@ -24,17 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lace.concepts.mentions import plural
+from lace.concepts.mentions import words as caption_words
 from lace.concepts.vocabulary import Vocabulary
 
 KINDS = ("swap_attributes", "swap_objects", "replace_attribute", "replace_object", "replace_relation")
 
-WORD = re.compile(r"[A-Za-z0-9]+(?:[-'][A-Za-z0-9]+)*")
-IRREGULAR_PLURALS = {
-    "man": "men", "woman": "women", "person": "people", "child": "children", "mouse": "mice",
-    "foot": "feet", "tooth": "teeth", "goose": "geese", "sheep": "sheep", "fish": "fish",
-    "deer": "deer", "knife": "knives", "wife": "wives", "leaf": "leaves", "shelf": "shelves",
-    "bus": "buses", "cactus": "cacti",
-}
 # Everyday phrasings of spatial relations, read as the vocabulary's canonical relation.
 RELATION_SYNONYMS = {
     "above": ("over", "on top of"), "below": ("under", "beneath", "underneath"),
@@ -43,19 +39,6 @@ RELATION_SYNONYMS = {
 }
 # English puts "to the" before these relation words when they follow a noun phrase.
 NEEDS_TO_THE = ("left", "right")
-
-
-def plural(noun: str) -> str:
-    """'dog' -> 'dogs', 'bus' -> 'buses', 'berry' -> 'berries', 'teddy bear' -> 'teddy bears'."""
-    head, _, last = noun.rpartition(" ")
-    prefix = head + " " if head else ""
-    if last in IRREGULAR_PLURALS:
-        return prefix + IRREGULAR_PLURALS[last]
-    if last.endswith(("s", "x", "z", "ch", "sh")):
-        return prefix + last + "es"
-    if len(last) > 1 and last.endswith("y") and last[-2] not in "aeiou":
-        return prefix + last[:-1] + "ies"
-    return prefix + last + "s"
 
 
 @dataclass(frozen=True)
@@ -128,7 +111,7 @@ class RuleNegatives:
         A word that is both an attribute and an object ("orange") counts as an attribute
         when an object follows it, else as an object.
         """
-        words = [(m.group(0).lower(), m.start(), m.end()) for m in WORD.finditer(caption)]
+        words = caption_words(caption)
         found: list[tuple[int, int, list[_Phrase]]] = []  # (first word, last word + 1, readings)
         i = 0
         while i < len(words):

@@ -1,0 +1,59 @@
+"""Named training variants, each a delta on a `TrainConfig`: the one table every experiment uses.
+
+Adding a training arm is one entry here. A delta maps `TrainConfig` fields to values; a nested
+config (the editor's `edit`) takes a mapping of its own fields, merged over the base's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lace.errors import input_error
+
+METHOD_EDITS = ("attenuate", "swap", "transplant")
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    # the text-only baseline: rule-made caption edits (NegCLIP style) as image->text negatives
+    "caption negatives": {"caption_negatives": True},
+    "LACE": {"counterfactual_captions": True, "counterfactual_images": True},
+    "LACE + caption negatives": {"counterfactual_captions": True, "counterfactual_images": True,
+                                 "caption_negatives": True},
+    "LACE captions only": {"counterfactual_captions": True},
+    "LACE images only": {"counterfactual_images": True},
+    "LACE without rebind": {"counterfactual_captions": True, "counterfactual_images": True,
+                            "edit": {"kinds": METHOD_EDITS}},
+}
+
+
+def with_changes(config: Any, changes: dict[str, Any]) -> Any:
+    """`config` (a dataclass) with `changes` applied; a mapping given for a nested dataclass
+    field changes only the fields it names."""
+    resolved = {}
+    for name, value in changes.items():
+        current = getattr(config, name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            value = with_changes(current, value)
+        resolved[name] = value
+    return dataclasses.replace(config, **resolved)
+
+
+def variant_config(base: Any, name: str) -> Any:
+    """The `TrainConfig` (or any config with the same fields) of variant `name` from `base`."""
+    if name not in VARIANTS:
+        raise input_error("variants", "name", f"one of {list(VARIANTS)}", name)
+    return with_changes(base, VARIANTS[name])
+
+
+def uses_counterfactuals(name: str) -> bool:
+    """Whether variant `name` trains with counterfactual embeddings (needs an editor)."""
+    changes = VARIANTS[name]
+    return bool(changes.get("counterfactual_captions") or changes.get("counterfactual_images"))
+
+
+def check_variants(names, where: str, field: str = "variants") -> None:
+    """Refuse names that are not in `VARIANTS`."""
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise input_error(where, field, f"names from {list(VARIANTS)}", unknown)

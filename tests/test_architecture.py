@@ -1,0 +1,142 @@
+"""The layout itself: rooms import only downwards, and long functions say why they are long."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "lace"
+
+# Rooms from the bottom up: world -> embed -> dictionary -> edits -> train -> eval -> report, then the
+# experiment layer and what stands on it. A room may import its own rank and below; rooms that share a
+# rank (the demo and the study) may not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors",),
+    ("io", "config", "distributed"),
+    ("data",),
+    ("encoders",),
+    ("embeddings",),
+    ("dictionary",),
+    ("concepts",),
+    ("edits",),
+    ("losses",),
+    ("train",),
+    ("eval",),
+    ("report",),
+    ("experiment",),
+    ("demo", "study"),
+    ("commands",),
+    ("cli", "__init__"),
+    ("__main__",),
+)
+RANK = {room: rank for rank, rooms in enumerate(LAYERS) for room in rooms}
+LONG_FUNCTION_LINES = 80
+REASON_MARK = "# long:"
+
+
+def _room(path: Path, source: Path = SOURCE) -> str:
+    return path.relative_to(source).parts[0].removesuffix(".py")
+
+
+def _imported_rooms(path: Path) -> set[str]:
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "lace" and len(parts) > 1:
+                rooms.add(parts[1])
+    return rooms
+
+
+def import_edges(source: Path = SOURCE) -> dict[tuple[str, str], list[str]]:
+    """(room, imported room) -> the files making that import, for every cross-room import under `source`."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(source.rglob("*.py")):
+        room = _room(path, source)
+        for other in _imported_rooms(path) - {room}:
+            edges.setdefault((room, other), []).append(str(path.relative_to(source)))
+    return edges
+
+
+def upward_imports(edges: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], list[str]]:
+    """The edges that go to a higher room or to another room of the same rank."""
+    return {edge: files for edge, files in edges.items() if RANK[edge[1]] >= RANK[edge[0]]}
+
+
+def import_cycle(edges) -> list[str] | None:
+    """One cycle of rooms (first room repeated at the end), or None."""
+    graph: dict[str, set[str]] = {}
+    for room, other in edges:
+        graph.setdefault(room, set()).add(other)
+    state: dict[str, int] = {}
+
+    def visit(room: str, path: list[str]) -> list[str] | None:
+        state[room] = 1
+        for other in sorted(graph.get(room, ())):
+            if state.get(other) == 1:
+                return path + [room, other]
+            if other not in state and (cycle := visit(other, path + [room])):
+                return cycle
+        state[room] = 2
+        return None
+
+    for room in sorted(graph):
+        if room not in state and (cycle := visit(room, [])):
+            return cycle
+    return None
+
+
+def test_every_room_has_a_rank():
+    rooms = {_room(path) for path in SOURCE.rglob("*.py")}
+    assert rooms <= set(RANK), f"rooms without a place in LAYERS: {sorted(rooms - set(RANK))}"
+
+
+def test_no_room_imports_a_higher_or_sibling_room():
+    assert upward_imports(import_edges()) == {}
+
+
+def test_rooms_have_no_import_cycle():
+    assert import_cycle(import_edges()) is None
+
+
+def test_the_checks_catch_a_violation(tmp_path):
+    """The graph checks can fail: a train module importing the demo goes up and closes a cycle."""
+    (tmp_path / "train").mkdir()
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "train" / "loop.py").write_text("from lace.demo.pipeline import run_demo\n")
+    (tmp_path / "demo" / "pipeline.py").write_text("from lace.train import train\n")
+    edges = import_edges(tmp_path)
+    assert set(upward_imports(edges)) == {("train", "demo")}
+    assert import_cycle(edges) in (["demo", "train", "demo"], ["train", "demo", "train"])
+
+
+def long_functions_without_reason(source: Path = SOURCE) -> list[str]:
+    """Functions of more than `LONG_FUNCTION_LINES` lines with no '# long: <reason>' comment
+    in the lines right above them (or above their decorators)."""
+    found = []
+    for path in sorted(source.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            length = node.end_lineno - node.lineno + 1
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            above = lines[max(0, first - 4): first - 1]
+            if length > LONG_FUNCTION_LINES and not any(line.strip().startswith(REASON_MARK) for line in above):
+                found.append(f"{path.relative_to(source)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_long_functions_say_why():
+    assert long_functions_without_reason() == []
+
+
+def test_the_length_check_catches_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(LONG_FUNCTION_LINES + 1))
+    (tmp_path / "long.py").write_text(f"def unexplained():\n{body}\n\n\n# long: one table\ndef explained():\n{body}\n")
+    assert [entry.split(" ")[1] for entry in long_functions_without_reason(tmp_path)] == ["unexplained"]
