@@ -80,3 +80,30 @@ def test_mismatched_architectures_and_activations_are_refused(run_and_base, tmp_
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "x.pt"), "--interpolate", "0.5"]) == 2
     assert "--base" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_tradeoff_curve_runs_from_the_base_to_each_fine_tune(tmp_path):
+    from lace.data.world import WorldConfig, generate_world
+    from lace.eval.runner import EvalConfig, run_evaluation
+    from lace.report.wise_ft import wise_ft_tradeoff, zeroshot_top1
+
+    world = tmp_path / "world"
+    generate_world(WorldConfig(n_images=40, image_size=32, split_fractions=(0.5, 0.1, 0.3, 0.1),
+                               benchmark_items_per_family=1, coco_captions=2), world, overwrite=True, progress=False)
+    torch.manual_seed(0)
+    base = open_clip.create_model(MODEL).state_dict()
+    tuned = open_clip.create_model(MODEL).state_dict()  # another random draw stands in for a fine-tune
+    config = EvalConfig(world=str(world), zeroshot_per_class=2)
+    points, png = wise_ft_tradeoff(MODEL, base, {"tuned": tuned}, [0.0, 0.5, 1.0], config, tmp_path / "wise.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p["alpha"] for p in points] == [0.0, 0.5, 1.0]
+
+    def direct(state):
+        torch.save(state, tmp_path / "direct.pt")
+        encoder = load_encoder(MODEL, str(tmp_path / "direct.pt"))
+        figures = run_evaluation(encoder, EvalConfig(benchmarks=("zeroshot", "world"), world=str(world),
+                                                     zeroshot_per_class=2, diagnostics=False), MODEL)["benchmarks"]
+        return zeroshot_top1(figures), figures["world"]["i2t/swap_attribute"]
+
+    for point, state in ((points[0], base), (points[2], tuned)):
+        assert (point["zeroshot/top1"], point["world/i2t/swap_attribute"]) == pytest.approx(direct(state))

@@ -110,3 +110,22 @@ def atom_bars(
     if title:
         figure.suptitle(title, fontsize=10)
     return _save(figure, path)
+
+
+def tradeoff_curves(
+    curves: Mapping[str, Sequence[tuple[float, float, str]]], path: str | Path, title: str,
+    xlabel: str, ylabel: str,
+) -> Path:
+    """One line per series through its (x, y) points, each point labelled (e.g. by its WiSE-FT alpha)."""
+    figure, axis = plt.subplots(figsize=(5.6, 4.2))
+    for name, points in curves.items():
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        axis.plot(xs, ys, marker="o", linewidth=1.5, label=name)
+        for x, y, label in points:
+            axis.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return _save(figure, path)
