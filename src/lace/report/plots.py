@@ -84,7 +84,10 @@ def image_grid(
                     axis.set_title(texts[c], fontsize=6)
         axes[r][0].text(-0.15, 0.5, label, transform=axes[r][0].transAxes, ha="right", va="center", fontsize=8)
     if title:
-        figure.suptitle(title, fontsize=10)
+        height = cell * 1.25 * len(rows)
+        # the title sits just above the first row at any height
+        figure.subplots_adjust(top=1 - 0.8 / height)
+        figure.suptitle(title, fontsize=10, y=1 - 0.2 / height)
     return _save(figure, path)
 
 
