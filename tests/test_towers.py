@@ -186,6 +186,7 @@ def test_bad_checkpoints_name_the_file(tmp_path):
 def test_lace_eval_scores_a_heads_checkpoint_with_its_own_heads(tmp_path):
     """`lace eval --model lace-towers --pretrained heads.safetensors`, as `lace study flickr8k` saves them."""
     import json
+    import math
 
     from lace.cli import main
     from lace.data import read_dataset
@@ -212,5 +213,5 @@ def test_lace_eval_scores_a_heads_checkpoint_with_its_own_heads(tmp_path):
         retrieval_recall(images, texts, dataset.caption_image_index))
     # the geometry (continuous figures such as the Robin Hood index) is that of these heads' embeddings
     geometry = geometry_diagnostics(images, texts, dataset.caption_image_index, GeometryOptions(baseline=False))
-    geometry = {key: (None if value != value else value) for key, value in geometry.items()}  # NaN is null in JSON
+    geometry = {key: (value if math.isfinite(value) else None) for key, value in geometry.items()}  # JSON: null
     assert {key: results["diagnostics"][key] for key in geometry} == pytest.approx(geometry)
