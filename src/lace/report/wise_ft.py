@@ -68,7 +68,8 @@ def wise_ft_tradeoff(
 
     Returns:
         (points, path): one dict per (label, alpha) with `model` (label), `alpha`, `zeroshot/top1`
-        (mean over tasks) and `<benchmark>/<metric>`; the base (alpha 0) is evaluated once.
+        (mean over tasks), `zeroshot/<task>/top1` and `<benchmark>/<metric>`; the base (alpha 0) is
+        evaluated once.
     """
     benchmark, metric = binding_metric
     config = dataclasses.replace(config, benchmarks=("zeroshot", benchmark), diagnostics=False)
@@ -83,7 +84,8 @@ def wise_ft_tradeoff(
                 figures = _evaluate_weights(model, mixed, quick_gelu, config, device, progress)["benchmarks"]
                 base_figures = figures if alpha == 0.0 else base_figures
             zeroshot, binding = zeroshot_top1(figures), figures[benchmark][metric]
-            points.append({"model": label, "alpha": float(alpha), "zeroshot/top1": zeroshot,
+            per_task = {f"zeroshot/{key}": value for key, value in figures["zeroshot"].items() if key.endswith("/top1")}
+            points.append({"model": label, "alpha": float(alpha), "zeroshot/top1": zeroshot, **per_task,
                            f"{benchmark}/{metric}": binding})
             curve.append((zeroshot, binding, f"{alpha:g}"))
         curves[label] = curve
