@@ -89,17 +89,10 @@ def _mentions(captions: list[str], concept: str, kind: str) -> np.ndarray:
     return flags
 
 
-def _image_mentions(store: EmbeddingStore, concept: str, kind: str) -> np.ndarray:
-    """(N_img,) bool: some caption of the image names `concept`."""
-    shown = np.zeros(store.image_embeddings.shape[0], dtype=bool)
-    shown[store.text_image_index[_mentions(store.captions, concept, kind)]] = True
-    return shown
-
-
 def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> int:
     from PIL import Image
 
-    from lace.report.edit_grid import edit_grid_rows, write_edit_grid
+    from lace.report.edit_grid import edit_grid_rows, images_naming, write_edit_grid
 
     png = Path(args.png)
     if png.exists() and not args.overwrite:
@@ -119,8 +112,9 @@ def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> in
         raise input_error(store.path / "index.json", "image_paths", "the image files of the store (`lace embed`)", None)
     directions = labelled.directions
     kinds = {name: directions.kinds[directions.index(name)] for name in (spec.source, spec.target)}
-    shows_source = _image_mentions(store, spec.source, kinds[spec.source])
-    shows_target = _image_mentions(store, spec.target, kinds[spec.target])
+    n_images = store.image_embeddings.shape[0]
+    shows_source = images_naming(store.captions, store.text_image_index, n_images, spec.source, kinds[spec.source])
+    shows_target = images_naming(store.captions, store.text_image_index, n_images, spec.target, kinds[spec.target])
     candidates = np.flatnonzero(shows_source & ~shows_target).tolist()
     gallery = torch.from_numpy(np.array(store.image_embeddings, dtype=np.float32))
     rows = edit_grid_rows(labelled, gallery, candidates, shows_target, args.edit, strengths=strengths,

@@ -16,9 +16,21 @@ import numpy as np
 import torch
 from PIL import Image
 
+from lace.concepts.directions import mention_matrix
+from lace.concepts.vocabulary import Concept, Vocabulary
 from lace.dictionary.build import LabelledDictionary
 from lace.edits import CounterfactualEditor, parse_edit
 from lace.report.plots import image_grid
+
+
+def images_naming(captions: Sequence[str], text_image_index: Sequence[int] | np.ndarray, n_images: int,
+                  concept: str, kind: str) -> np.ndarray:
+    """(N_img,) bool: some caption of the image names `concept` (whole words, plurals; `mention_matrix`)."""
+    vocabulary = Vocabulary("grid", [Concept(concept, kind, kind)])
+    rows, _ = mention_matrix(vocabulary, list(captions))
+    shown = np.zeros(n_images, dtype=bool)
+    shown[np.asarray(text_image_index, dtype=np.int64)[rows]] = True
+    return shown
 
 
 def _neighbours(query: torch.Tensor, gallery: torch.Tensor, exclude: int, k: int) -> list[int]:
