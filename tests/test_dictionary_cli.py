@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -59,3 +60,50 @@ def test_dict_inspect_and_edit(fitted, capsys):
     assert "after edit" in output and "after random edit" in output
     assert main(["edit", "--dict", str(folder / "dict"), "--embeddings", str(folder / "store"),
                  "--image", str(row), "--edit", "transplant:red=star"]) == 2
+
+
+def test_edit_png_draws_the_first_sources_with_each_rows_target_count(fitted, tmp_path, capsys):
+    from PIL import Image
+
+    from lace.concepts.labelled import load_labelled_dictionary
+    from lace.report.edit_grid import edit_grid_rows
+
+    folder, image_codes = fitted
+    names = TOY_VOCABULARY["objects"] + [w for ws in TOY_VOCABULARY["attributes"].values() for w in ws]
+    # one caption per image naming its concepts, and a small picture per image
+    captions = [" and ".join(n for n, w in zip(names, row) if w > 0) for row in image_codes]
+    paths = []
+    for i in range(len(captions)):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.new("RGB", (8, 8), (i % 256, 40, 90)).save(paths[-1])
+    from lace.embeddings import EmbeddingStore
+
+    images = np.array(EmbeddingStore.open(folder / "store").image_embeddings)
+    write_store(tmp_path / "store", images, images, {
+        "image_ids": list(range(len(captions))), "text_ids": list(range(len(captions))), "captions": captions,
+        "text_image_index": list(range(len(captions))), "model": "toy", "data": "toy", "image_paths": paths,
+    })
+    png = tmp_path / "grid.png"
+    args = ["edit", "--dict", str(folder / "dict"), "--embeddings", str(tmp_path / "store"),
+            "--edit", "transplant:circle=star", "--png", str(png), "--sources", "3", "--strengths", "1,4", "--k", "5"]
+    assert main(args) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(args) == 2  # no clobbering without --overwrite
+
+    shows_star = image_codes[:, names.index("star")] > 0
+    candidates = [i for i, row in enumerate(image_codes) if row[names.index("circle")] > 0 and not shows_star[i]]
+    rows = edit_grid_rows(load_labelled_dictionary(folder / "dict"), images, candidates, shows_star.numpy(),
+                          "transplant:circle=star", strengths=(1.0, 4.0), n_sources=3, k=5)
+    sources = list(dict.fromkeys(row["source"] for row in rows))
+    assert len(sources) == 3 and sources == sorted(sources) and sources[0] == candidates[0]
+    assert len(rows) == 3 * 5
+    for row in rows:
+        assert row["source"] not in row["neighbours"] and len(row["neighbours"]) == 5
+        assert row["target_count"] == int(shows_star[row["neighbours"]].sum())
+    by_label = {}
+    for row in rows:
+        by_label.setdefault(row["label"], []).append(row["target_count"])
+    assert sum(by_label["circle->star x4"]) > sum(by_label["random, same size x4"])
+    assert sum(by_label["circle->star x4"]) > sum(by_label["before"])
+    printed = capsys.readouterr().out
+    assert f"image {sources[0]}: circle->star x4:" in printed

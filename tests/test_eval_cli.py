@@ -74,3 +74,19 @@ def test_compare_rejects_a_file_that_is_not_results(tmp_path, capsys):
     (tmp_path / "x.json").write_text(json.dumps({"model": "m"}))
     assert main(["compare", str(tmp_path / "x.json")]) == 2
     assert "benchmarks" in capsys.readouterr().err
+
+
+def test_lace_eval_rerank_adds_each_fix_beside_the_plain_figures(tiny_world, tmp_path, capsys):
+    bank = str(tiny_world / "karpathy_coco.json")
+    assert run_eval(tiny_world, tmp_path / "r.json", "--rerank", "csls,qbnorm,dn", "--bank", bank,
+                    "--bank-split", "train", "--bank-size", "8", "--no-baseline") == 0
+    diagnostics = json.loads((tmp_path / "r.json").read_text())["diagnostics"]
+    for fix in ("csls", "qbnorm", "dn"):
+        for key in ("i2t/R@1", "t2i/R@1", "hubness/i2t/skewness", "hubness/t2i/skewness", "one_way/image"):
+            assert diagnostics[f"rerank/{fix}/{key}"] is not None, (fix, key)
+    assert diagnostics["i2t/R@1"] is not None  # the plain figures stay
+    assert run_eval(tiny_world, tmp_path / "bad.json", "--rerank", "mutual") == 2
+    assert "csls" in capsys.readouterr().err
+    assert run_eval(tiny_world, tmp_path / "bad.json", "--rerank", "csls", "--bank", str(tmp_path / "none.json")) == 2
+    assert "none.json" in capsys.readouterr().err
+    assert not (tmp_path / "bad.json").exists()

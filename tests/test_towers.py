@@ -181,3 +181,37 @@ def test_bad_checkpoints_name_the_file(tmp_path):
     torch.save({"weight": torch.zeros(2)}, other)
     with pytest.raises(LaceInputError, match="other.pt: not a lace-towers checkpoint"):
         load_encoder("lace-towers", pretrained=str(other))
+
+
+def test_lace_eval_scores_a_heads_checkpoint_with_its_own_heads(tmp_path):
+    """`lace eval --model lace-towers --pretrained heads.safetensors`, as `lace study flickr8k` saves them."""
+    import json
+    import math
+
+    from lace.cli import main
+    from lace.data import read_dataset
+    from lace.data.world import WorldConfig, generate_world
+    from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
+    from lace.eval.metrics import retrieval_recall
+
+    world = tmp_path / "world"
+    generate_world(WorldConfig(n_images=24, image_size=32, split_fractions=(0.5, 0.1, 0.3, 0.1),
+                               benchmark_items_per_family=1, coco_captions=2), world, overwrite=True, progress=False)
+    torch.manual_seed(0)
+    model = TowersDualEncoder(TowersConfig(embed_dim=16, head_hidden_dim=32)).eval()
+    heads = save_heads_checkpoint(model, tmp_path / "base.safetensors")
+    data = world / "karpathy_coco.json"
+    assert main(["eval", "--model", "lace-towers", "--pretrained", str(heads), "--device", "cpu",
+                 "--benchmarks", "retrieval", "--data", str(data), "--split", "test", "--no-baseline",
+                 "--out", str(tmp_path / "r.json"), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "r.json").read_text())
+    dataset = read_dataset(data, split="test")
+    with torch.no_grad():
+        pixels = torch.stack([model.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+        images, texts = model.encode_images(pixels), model.encode_texts(dataset.captions)
+    assert results["benchmarks"]["retrieval"] == pytest.approx(
+        retrieval_recall(images, texts, dataset.caption_image_index))
+    # the geometry (continuous figures such as the Robin Hood index) is that of these heads' embeddings
+    geometry = geometry_diagnostics(images, texts, dataset.caption_image_index, GeometryOptions(baseline=False))
+    geometry = {key: (value if math.isfinite(value) else None) for key, value in geometry.items()}  # JSON: null
+    assert {key: results["diagnostics"][key] for key in geometry} == pytest.approx(geometry)

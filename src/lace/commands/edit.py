@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,17 +29,32 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--dictionary", "--dict", dest="dict", metavar="DICTIONARY", required=True,
                         help="dictionary folder written by `lace dict fit`")
     parser.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
-    parser.add_argument("--image", type=int, required=True, help="row of the image in the store")
+    parser.add_argument("--image", type=int, default=None,
+                        help="row of the image in the store (required unless --png chooses the sources)")
     parser.add_argument("--edit", required=True, help="the edit, e.g. 'transplant:square=star'")
     parser.add_argument("--k", type=int, default=10, help="neighbours to list")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random control")
     add_config_arguments(parser, EditConfig, prefix="edit.", flags={"strength": ("--strength", "--edit-strength")})
+    parser.add_argument("--png", default=None,
+                        help="write the neighbour grid: for the first --sources images (store order) whose captions "
+                             "name the source and not the target, their nearest real images before the edit, after "
+                             "it and after a random edit of the same size, at each of --strengths")
+    parser.add_argument("--sources", type=int, default=4, help="source images in the --png grid")
+    parser.add_argument("--strengths", default="1,4",
+                        help="comma-separated transplant strengths of the --png grid (the figures' and a stronger one)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --png")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     labelled = load_labelled_dictionary(args.dict)
     store = EmbeddingStore.open(args.embeddings)
+    if args.png is not None:
+        code = _write_grid(args, labelled, store)
+        if args.image is None:
+            return code
+    if args.image is None:
+        raise input_error("--image", None, "a row of the store (or --png for the neighbour grid)", None)
     if not 0 <= args.image < store.image_embeddings.shape[0]:
         raise input_error("--image", None, f"a row in 0..{store.image_embeddings.shape[0] - 1}", args.image)
     spec = parse_edit(args.edit)
@@ -72,3 +88,56 @@ def _mentions(captions: list[str], concept: str, kind: str) -> np.ndarray:
     flags = np.zeros(len(captions), dtype=bool)
     flags[rows] = True
     return flags
+
+
+def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> int:
+    from PIL import Image
+
+    from lace.report.edit_grid import edit_grid_rows, images_naming, write_edit_grid
+
+    png = Path(args.png)
+    if png.exists() and not args.overwrite:
+        raise input_error("--png", None, "a new file (or --overwrite)", str(png))
+    spec = parse_edit(args.edit)
+    if spec.kind != "transplant":
+        raise input_error("--edit", None, "a transplant 'transplant:a=b' for the --png grid", args.edit)
+    try:
+        strengths = [float(value) for value in args.strengths.split(",") if value.strip()]
+    except ValueError as error:
+        raise input_error("--strengths", None, "comma-separated numbers such as 1,4", args.strengths) from error
+    if not strengths or min(strengths) <= 0 or args.sources < 1:
+        raise input_error("--strengths/--sources", None, "positive strengths and at least one source",
+                          f"{args.strengths} / {args.sources}")
+    paths = store.index.get("image_paths")
+    if not paths:
+        raise input_error(store.path / "index.json", "image_paths", "the image files of the store (`lace embed`)", None)
+    directions = labelled.directions
+    kinds = {name: directions.kinds[directions.index(name)] for name in (spec.source, spec.target)}
+    n_images = store.image_embeddings.shape[0]
+    shows_source = images_naming(store.captions, store.text_image_index, n_images, spec.source, kinds[spec.source])
+    shows_target = images_naming(store.captions, store.text_image_index, n_images, spec.target, kinds[spec.target])
+    candidates = np.flatnonzero(shows_source & ~shows_target).tolist()
+    gallery = torch.from_numpy(np.array(store.image_embeddings, dtype=np.float32))
+    rows = edit_grid_rows(labelled, gallery, candidates, shows_target, args.edit, strengths=strengths,
+                          n_sources=args.sources, k=args.k, seed=args.seed,
+                          config=config_from_args(EditConfig, args, prefix="edit."))
+    if not rows:
+        print(f"no grid: the edit {args.edit} cannot be made on any of the {len(candidates)} images naming "
+              f"'{spec.source}' and not '{spec.target}'")
+        return 1
+
+    def load_image(row: int) -> Image.Image:
+        path = Path(paths[row])
+        if not path.is_file():
+            raise input_error(store.path / "index.json", "image_paths", "image files that exist", str(path))
+        with Image.open(path) as image:
+            return image.convert("RGB")
+
+    sources = len({row["source"] for row in rows})
+    write_edit_grid(rows, load_image, png, target=spec.target, k=args.k,
+                    title=f"{args.edit}: nearest real images of the first {sources} images naming '{spec.source}' "
+                          f"and not '{spec.target}' (store order)")
+    for row in rows:
+        print(f"image {row['source']}: {row['label']}: {row['target_count']}/{args.k} {spec.target}")
+    print(f"wrote {png}")
+    return 0

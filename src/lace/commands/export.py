@@ -20,11 +20,18 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", required=True, help="file to write (model.pt or model.safetensors)")
     parser.add_argument("--checkpoint", default="latest",
                         help="which checkpoint: latest, or a name such as step_0001000")
+    parser.add_argument("--interpolate", type=float, default=None, metavar="ALPHA",
+                        help="WiSE-FT: write (1 - ALPHA) * base + ALPHA * the run's weights (0 = base, 1 = the run); "
+                             "needs --base")
+    parser.add_argument("--base", default=None,
+                        help="what to mix with: a checkpoint of the same architecture or a pretrained tag such as "
+                             "openai (e.g. what the run started from)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = export_run(args.run, args.out, checkpoint=args.checkpoint, overwrite=args.overwrite)
+    out = export_run(args.run, args.out, checkpoint=args.checkpoint, overwrite=args.overwrite,
+                     interpolate=args.interpolate, base=args.base)
     print(f"wrote {out} (model name in {out}.json)")
     return 0

@@ -17,8 +17,9 @@ import torch.nn.functional as F
 
 from lace.eval.hubness import hubness_figures
 from lace.eval.metrics import recall_from_neighbours
-from lace.eval.neighbours import DEFAULT_CHUNK, cross_neighbours
+from lace.eval.neighbours import DEFAULT_CHUNK, Neighbours, cross_neighbours
 from lace.eval.reciprocity import mutual_knn_overlap, one_way_rates
+from lace.eval.rerank import QueryBank, RerankOptions, reranked_neighbours
 
 
 @dataclass(frozen=True)
@@ -39,19 +40,30 @@ class GeometryOptions:
     """Image rows per block of the similarity pass."""
 
 
+def _depth(options: GeometryOptions, recall: bool) -> int:
+    return max(options.k, max(options.recall_ks) if recall else 1)
+
+
 def _space_figures(
     images: torch.Tensor, texts: torch.Tensor, owner: np.ndarray, options: GeometryOptions, recall: bool
 ) -> dict[str, float]:
-    depth = max(options.k, max(options.recall_ks) if recall else 1)
-    forward, backward = cross_neighbours(images, texts, depth, chunk=options.chunk)  # (N_img, depth), (N_txt, depth)
+    forward, backward = cross_neighbours(images, texts, _depth(options, recall), chunk=options.chunk)
+    return neighbour_figures(forward, backward, owner, images.shape[0], texts.shape[0], options, recall)
+
+
+def neighbour_figures(
+    forward: Neighbours, backward: Neighbours, owner: np.ndarray, n_images: int, n_texts: int,
+    options: GeometryOptions, recall: bool = True,
+) -> dict[str, float]:
+    """Recall, hubness, one-way and mutual k-NN figures from (N_img, depth) and (N_txt, depth) top-k lists."""
     figures: dict[str, float] = {}
     if recall:
         figures.update(recall_from_neighbours(forward.indices, backward.indices, owner, options.recall_ks))
     k = min(options.k, forward.k, backward.k)
     # hubness of captions as neighbours of images (i2t lists), and of images as neighbours of captions
-    for name, value in hubness_figures(forward.indices, texts.shape[0], k, options.hub_size).items():
+    for name, value in hubness_figures(forward.indices, n_texts, k, options.hub_size).items():
         figures[f"hubness/i2t/{name}"] = value
-    for name, value in hubness_figures(backward.indices, images.shape[0], k, options.hub_size).items():
+    for name, value in hubness_figures(backward.indices, n_images, k, options.hub_size).items():
         figures[f"hubness/t2i/{name}"] = value
     for name, value in one_way_rates(forward.indices, backward.indices, owner).items():
         figures[f"one_way/{name}"] = value
@@ -63,6 +75,18 @@ def _space_figures(
 def isotropic_like(n: int, d: int, generator: torch.Generator) -> torch.Tensor:
     """(n, d) unit vectors drawn uniformly on the sphere."""
     return F.normalize(torch.randn(n, d, generator=generator), dim=1)
+
+
+def _checked(image_embeddings, text_embeddings, text_image_index) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    images = torch.as_tensor(np.asarray(image_embeddings) if not isinstance(image_embeddings, torch.Tensor)
+                             else image_embeddings).float()
+    texts = torch.as_tensor(np.asarray(text_embeddings) if not isinstance(text_embeddings, torch.Tensor)
+                            else text_embeddings).float()
+    owner = np.asarray(text_image_index, dtype=np.int64)
+    if owner.shape != (texts.shape[0],) or (owner.size and (owner.min() < 0 or owner.max() >= images.shape[0])):
+        raise ValueError(f"text_image_index must give an image row in [0, {images.shape[0]}) for each of "
+                         f"{texts.shape[0]} captions")
+    return images, texts, owner
 
 
 def geometry_diagnostics(
@@ -83,14 +107,7 @@ def geometry_diagnostics(
         `one_way/{image,text}`, `mutual_knn/{image,text}`, and with `options.baseline`
         the same geometry keys prefixed by `isotropic/`.
     """
-    images = torch.as_tensor(np.asarray(image_embeddings) if not isinstance(image_embeddings, torch.Tensor)
-                             else image_embeddings).float()
-    texts = torch.as_tensor(np.asarray(text_embeddings) if not isinstance(text_embeddings, torch.Tensor)
-                            else text_embeddings).float()
-    owner = np.asarray(text_image_index, dtype=np.int64)
-    if owner.shape != (texts.shape[0],) or (owner.size and (owner.min() < 0 or owner.max() >= images.shape[0])):
-        raise ValueError(f"text_image_index must give an image row in [0, {images.shape[0]}) for each of "
-                         f"{texts.shape[0]} captions")
+    images, texts, owner = _checked(image_embeddings, text_embeddings, text_image_index)
     figures = _space_figures(images, texts, owner, options, recall=True)
     if options.baseline:
         generator = torch.Generator().manual_seed(options.seed)
@@ -98,4 +115,34 @@ def geometry_diagnostics(
         random_texts = isotropic_like(texts.shape[0], texts.shape[1], generator)
         for name, value in _space_figures(random_images, random_texts, owner, options, recall=False).items():
             figures[f"isotropic/{name}"] = value
+    return figures
+
+
+def reranked_geometry(
+    image_embeddings: np.ndarray | torch.Tensor,
+    text_embeddings: np.ndarray | torch.Tensor,
+    text_image_index: Sequence[int] | np.ndarray,
+    methods: Sequence[str],
+    bank: QueryBank | None = None,
+    options: GeometryOptions = GeometryOptions(),
+    rerank_options: RerankOptions | None = None,
+) -> dict[str, float]:
+    """Retrieval and geometry figures of one space under each hubness fix (`lace.eval.rerank`).
+
+    Args: as `geometry_diagnostics`, plus `methods` (some of csls, qbnorm, dn) and the
+    `bank` the fixes take their statistics from (default: the evaluated sets) and their
+    knobs (default: `RerankOptions()`, the published values).
+
+    Returns:
+        `rerank/<method>/<key>` for every key `geometry_diagnostics` gives without the
+        isotropic baseline (recall, hubness, one-way, mutual k-NN).
+    """
+    images, texts, owner = _checked(image_embeddings, text_embeddings, text_image_index)
+    figures: dict[str, float] = {}
+    for method in methods:
+        forward, backward = reranked_neighbours(method, images, texts, _depth(options, True), bank=bank,
+                                                options=rerank_options or RerankOptions(), chunk=options.chunk)
+        for name, value in neighbour_figures(forward, backward, owner, images.shape[0], texts.shape[0],
+                                             options).items():
+            figures[f"rerank/{method}/{name}"] = value
     return figures

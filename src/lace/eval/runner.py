@@ -98,6 +98,20 @@ class EvalConfig:
     """The editor of counterfactual brittleness and edit retrieval (`--edit-strength` sizes the transplants)."""
     counterfactual_edits: int = 4
     """Counterfactual edits per caption for counterfactual brittleness."""
+    rerank: tuple[str, ...] = ()
+    """Hubness fixes to diagnose besides the plain scores, comma-separated: csls, qbnorm, dn (figures rerank/<fix>/...)."""
+    bank: str | None = None
+    """Unlabelled image-caption set the fixes take statistics from (e.g. the training split; default: the test set)."""
+    bank_split: str | None = "train"
+    """Karpathy split of --bank."""
+    bank_size: int = 5000
+    """Images and captions drawn (seeded) from --bank; 0 takes all."""
+    csls_k: int = 10
+    """CSLS: neighbours whose mean similarity is an item's penalty."""
+    qbnorm_beta: float = 20.0
+    """QB-Norm: inverse temperature of the dynamic inverted softmax."""
+    dn_weight: float = 0.5
+    """DN: share of the bank's mean subtracted from each side."""
 
 
 BenchmarkInputs = Callable[[EvalConfig], tuple[Any, dict[str, Any], str]]
@@ -133,7 +147,8 @@ def _load(name: str, config: EvalConfig):
 
 # Fields that change what is measured but not which images and captions are embedded.
 NOT_EMBEDDING_INPUTS = ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks", "dictionary",
-                        "transplants", "auto_transplants", "edit", "counterfactual_edits")
+                        "transplants", "auto_transplants", "edit", "counterfactual_edits",
+                        "rerank", "csls_k", "qbnorm_beta", "dn_weight")
 
 
 def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
@@ -193,6 +208,7 @@ def run_evaluation(
     if unknown:
         raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
     labelled = _load_dictionary(encoder, config, model) if config.dictionary else None
+    bank = _load_bank(config) if config.rerank else None
     cache = cache if cache is not None else EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
     cache_file = Path(config.cache_dir) / f"{cache_key(model, pretrained, config)}.npz" if config.cache_dir else None
     if cache_file is not None and cache_file.is_file():
@@ -210,7 +226,7 @@ def run_evaluation(
         start = time.perf_counter()
         dataset = _diagnostic_dataset(config, loaded)
         if dataset is not None:
-            diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress, labelled))
+            diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress, labelled, bank))
         seconds["diagnostics"] = round(time.perf_counter() - start, 3)
     if cache_file is not None:
         cache.save(cache_file)
@@ -243,15 +259,56 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
     return labelled
 
 
+def _load_bank(config: EvalConfig):
+    """The --bank image-caption set, checked before any embedding work (None: the fixes use the test set)."""
+    from lace.eval.rerank import RERANKS, RerankOptions
+
+    unknown = [name for name in config.rerank if name not in RERANKS]
+    if unknown:
+        raise LaceInputError(f"--rerank: unknown fix(es) {unknown}; expected some of {list(RERANKS)}")
+    if not config.diagnostics:
+        raise LaceInputError("--rerank adds to the diagnostics: drop --no-diagnostics")
+    if config.bank_size < 0:
+        raise LaceInputError(f"--bank-size: expected >= 0 (0 takes all), got {config.bank_size}")
+    try:
+        RerankOptions(csls_k=config.csls_k, qbnorm_beta=config.qbnorm_beta, dn_weight=config.dn_weight)
+    except ValueError as error:
+        raise LaceInputError(f"--csls-k / --qbnorm-beta: {error}") from error
+    if config.bank is None:
+        return None
+    return get_benchmark("retrieval").load(config.bank, split=config.bank_split).dataset
+
+
+def _bank_embeddings(cache: EmbeddingCache, bank, config: EvalConfig):
+    """A `QueryBank` of up to `bank_size` images and captions of the bank set, drawn with the seed."""
+    from lace.eval.rerank import QueryBank
+
+    generator = np.random.default_rng(config.seed)
+    images, captions = [str(record.image_path) for record in bank.records], list(bank.captions)
+    if config.bank_size:
+        images = [images[i] for i in sorted(generator.permutation(len(images))[: config.bank_size])]
+        captions = [captions[i] for i in sorted(generator.permutation(len(captions))[: config.bank_size])]
+    return QueryBank(cache.images([(path, None) for path in images]), cache.texts(captions))
+
+
 def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool,
-             labelled=None) -> dict:
+             labelled=None, bank=None) -> dict:
     """Geometry figures and rule-edit brittleness on one image-caption set (`lace.eval.measure`); with a
-    labelled dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`)."""
+    labelled dictionary also counterfactual brittleness and edit retrieval (`lace.eval.dictionary_diagnostics`);
+    with `config.rerank` the geometry again under each hubness fix, statistics from the `bank` set."""
     from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
 
     images, texts = dataset_embeddings(cache, dataset)
     owner = dataset.caption_image_index
     figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
+    if config.rerank:
+        from lace.eval.diagnostics import GeometryOptions, reranked_geometry
+        from lace.eval.rerank import RerankOptions
+
+        figures.update(reranked_geometry(
+            images, texts, owner, config.rerank, _bank_embeddings(cache, bank, config) if bank is not None else None,
+            GeometryOptions(k=config.k, baseline=False),
+            RerankOptions(csls_k=config.csls_k, qbnorm_beta=config.qbnorm_beta, dn_weight=config.dn_weight)))
     rule_negatives = _rule_negatives(config)
     figures.update(measure(MeasuredSplit(images, texts, owner, dataset.captions, encoder),
                            MeasureConfig(("geometry", "rule_brittleness"), k=config.k, baseline=config.baseline,

@@ -84,7 +84,10 @@ def image_grid(
                     axis.set_title(texts[c], fontsize=6)
         axes[r][0].text(-0.15, 0.5, label, transform=axes[r][0].transAxes, ha="right", va="center", fontsize=8)
     if title:
-        figure.suptitle(title, fontsize=10)
+        height = cell * 1.25 * len(rows)
+        # the title sits just above the first row at any height
+        figure.subplots_adjust(top=1 - 0.8 / height)
+        figure.suptitle(title, fontsize=10, y=1 - 0.2 / height)
     return _save(figure, path)
 
 
@@ -109,4 +112,23 @@ def atom_bars(
         axis.grid(axis="x", alpha=0.3)
     if title:
         figure.suptitle(title, fontsize=10)
+    return _save(figure, path)
+
+
+def tradeoff_curves(
+    curves: Mapping[str, Sequence[tuple[float, float, str]]], path: str | Path, title: str,
+    xlabel: str, ylabel: str,
+) -> Path:
+    """One line per series through its (x, y) points, each point labelled (e.g. by its WiSE-FT alpha)."""
+    figure, axis = plt.subplots(figsize=(5.6, 4.2))
+    for name, points in curves.items():
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        axis.plot(xs, ys, marker="o", linewidth=1.5, label=name)
+        for x, y, label in points:
+            axis.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
     return _save(figure, path)
