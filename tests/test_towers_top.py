@@ -170,3 +170,21 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
     with torch.no_grad():
         torch.testing.assert_close(loaded.encode_images(pixels), images_after, atol=2e-3, rtol=0)
         torch.testing.assert_close(loaded.encode_texts(photos.captions), texts_after, atol=2e-3, rtol=0)
+
+
+def test_protocol_fine_tunes_from_the_base_on_the_other_images_and_saves_loadable_models(tmp_path):
+    from lace.study.flickr8k_top import base_images, run_protocol
+    from tests.test_flickr8k import make_flickr8k
+
+    root = make_flickr8k(tmp_path / "flickr8k", n_images=14, captions_per_image=2)
+    base_rows, rest_rows = base_images(10, 0.5)
+    assert len(base_rows) == 5 and sorted([*base_rows, *rest_rows]) == list(range(10))
+    settings = TopTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=2, batch_size=4, warmup_steps=1)
+    result = run_protocol(str(root), str(tmp_path / "cache"), str(tmp_path / "out"), settings, settings,
+                          base_share=0.5, seeds=1, split="val", finetune_on="rest", log=lambda _: None)
+    assert result["base_images"] == 5 and result["finetune_images"] == 5
+    base = load_encoder("lace-towers", pretrained=str(tmp_path / "out" / "models" / "base.safetensors"))
+    tuned = load_encoder("lace-towers", pretrained=result["plain"][0]["checkpoint"])
+    assert not torch.equal(base.image_tower.blocks[-1].conv_pwl.weight, tuned.image_tower.blocks[-1].conv_pwl.weight)
+    assert not torch.equal(base.text_tower.layers[-1].output.dense.weight, tuned.text_tower.layers[-1].output.dense.weight)
+    assert 0.0 <= result["plain"][0]["val"]["i2t/R@1"] <= 1.0
