@@ -28,7 +28,14 @@ from lace.encoders.towers.top_features import (
     cached_image_top_features,
     cached_text_top_features,
 )
-from lace.study.top_training import TopSplit, TopTraining, embed_top_split, train_top
+from lace.study.config import HeadsTraining
+from lace.study.top_training import (
+    TopSplit,
+    TopTraining,
+    embed_top_split,
+    encode_captions,
+    train_top,
+)
 
 
 def _randomise_batchnorm(model: torch.nn.Module) -> None:
@@ -153,6 +160,10 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
         torch.testing.assert_close(images_before, encoder.encode_images(pixels), atol=2e-3, rtol=0)
         torch.testing.assert_close(texts_before, encoder.encode_texts(photos.captions), atol=2e-3, rtol=0)
 
+    with torch.no_grad():  # length-sorted chunks give what one padded batch gives
+        rows = np.array([5, 0, 3, 1])
+        torch.testing.assert_close(encode_captions(top, tokens, rows, chunk=2), top.encode_text_states(*tokens.batch(rows)))
+
     block = encoder.image_tower.blocks[-1].conv_pwl.weight
     layer = encoder.text_tower.layers[-2].output.dense.weight
     lower = encoder.text_tower.layers[-3].output.dense.weight
@@ -180,11 +191,15 @@ def test_protocol_fine_tunes_from_the_base_on_the_other_images_and_saves_loadabl
     base_rows, rest_rows = base_images(10, 0.5)
     assert len(base_rows) == 5 and sorted([*base_rows, *rest_rows]) == list(range(10))
     settings = TopTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=2, batch_size=4, warmup_steps=1)
+    heads = HeadsTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=2, batch_size=4, warmup_steps=1)
     result = run_protocol(str(root), str(tmp_path / "cache"), str(tmp_path / "out"), settings, settings,
-                          base_share=0.5, seeds=1, split="val", finetune_on="rest", log=lambda _: None)
+                          base_share=0.5, seeds=1, split="val", finetune_on="rest", base_heads=heads, log=lambda _: None)
     assert result["base_images"] == 5 and result["finetune_images"] == 5
     base = load_encoder("lace-towers", pretrained=str(tmp_path / "out" / "models" / "base.safetensors"))
     tuned = load_encoder("lace-towers", pretrained=result["plain"][0]["checkpoint"])
+    pretrained = TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16))
+    for name in ("image_tower.model.blocks.6.0.conv_pwl.weight", "text_tower.model.encoder.layer.5.output.dense.weight"):
+        assert torch.equal(base.state_dict()[name], pretrained.state_dict()[name])  # a heads-only base
     assert not torch.equal(base.image_tower.blocks[-1].conv_pwl.weight, tuned.image_tower.blocks[-1].conv_pwl.weight)
     assert not torch.equal(base.text_tower.layers[-1].output.dense.weight, tuned.text_tower.layers[-1].output.dense.weight)
     assert 0.0 <= result["plain"][0]["val"]["i2t/R@1"] <= 1.0

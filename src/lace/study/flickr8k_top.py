@@ -39,7 +39,7 @@ from lace.encoders.towers.top_features import (
 )
 from lace.eval.metrics import retrieval_recall
 from lace.io import atomic_write_json
-from lace.study.config import DEFAULT_BASE_GRID
+from lace.study.config import DEFAULT_BASE_GRID, HeadsTraining
 from lace.study.features import SplitFeatures
 from lace.study.heads import embed_split, fresh_heads, train_heads
 from lace.study.top_training import TopSplit, TopTraining, embed_top_split, train_top
@@ -89,19 +89,36 @@ def fresh_top(settings: TopTraining, seed: int) -> TowersTop:
         init_logit_scale=math.log(1 / settings.init_temperature))).eval())
 
 
+@torch.no_grad()
+def pooled_features(top: TowersTop, split: TopSplit, batch_size: int = 512) -> SplitFeatures:
+    """The pooled tower features of a split, (N_img, 1280) and (N_txt, 384), through `top`'s layers."""
+    top.eval()
+    images = torch.cat([top.image_top(torch.from_numpy(split.image_maps[i:i + batch_size].astype(np.float32)))
+                        for i in range(0, len(split.image_maps), batch_size)])
+    rows = split.caption_rows
+    order = np.argsort(split.token_states.offsets[rows + 1] - split.token_states.offsets[rows], kind="stable")
+    texts = torch.cat([top.text_top(*split.token_states.batch(rows[order[i:i + batch_size]]))
+                       for i in range(0, len(rows), batch_size)])[torch.from_numpy(np.argsort(order))]
+    return SplitFeatures(split.name, images, texts, [""] * len(texts), split.caption_image_index, [""] * len(images))
+
+
+def heads_base(top: TowersTop, split: TopSplit, settings: HeadsTraining) -> dict:
+    """Train only the heads of `top` (top layers locked at their pretrained weights), on the
+    pooled features of `split`, as the locked-tower study trains its base."""
+    encoder = top.encoder
+    encoder.unlock_top_blocks(0, 0)
+    fresh_heads(encoder, settings, seed=0)
+    summary = train_heads(encoder, pooled_features(top, split), settings, seed=0)
+    encoder.unlock_top_blocks(*top.unlocked_blocks)
+    return summary
+
+
 def locked_reference(data: str, cache: str, out: str, split: str, candidates: list[int], log=print) -> dict:
     """Today's locked-tower heads (study base grid candidates, chosen on val) on pooled features
     of the pretrained tops; retrieval on val, and on `split` when it is "test"."""
     top = fresh_top(TopTraining(), seed=0)
     splits = top_splits(data, cache, top.encoder)
-    pooled = {}
-    with torch.no_grad():
-        for name, part in splits.items():
-            images = torch.cat([top.image_top(torch.from_numpy(part.image_maps[i:i + 512].astype(np.float32)))
-                                for i in range(0, len(part.image_maps), 512)])
-            texts = torch.cat([top.text_top(*part.token_states.batch(part.caption_rows[i:i + 1024]))
-                               for i in range(0, len(part.caption_rows), 1024)])
-            pooled[name] = SplitFeatures(name, images, texts, [""] * len(texts), part.caption_image_index, [""] * len(images))
+    pooled = {name: pooled_features(top, part) for name, part in splits.items()}
     encoder, rows = top.encoder, []
     best, best_score = None, -1.0
     for i in candidates:
@@ -131,9 +148,13 @@ def base_images(n_train: int, share: float, seed: int = 0) -> tuple[np.ndarray, 
 
 
 def run_protocol(data: str, cache: str, out: str, base: TopTraining, finetune: TopTraining, base_share: float,
-                 seeds: int, split: str, finetune_on: str, log=print) -> dict:
+                 seeds: int, split: str, finetune_on: str, base_heads: HeadsTraining | None = None, log=print) -> dict:
     """A base on `base_share` of the training images, then plain fine-tunes from it (one per
-    seed) on the other images ("rest") or on all of them ("all"); retrieval on `split`."""
+    seed) on the other images ("rest") or on all of them ("all"); retrieval on `split`.
+
+    The base trains tops and heads with `base`, or, given `base_heads`, only the heads on
+    the pooled features of the pretrained tops (the locked-tower regime); fine-tunes always
+    train tops and heads with `finetune`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     top = fresh_top(base, seed=0)
@@ -145,11 +166,14 @@ def run_protocol(data: str, cache: str, out: str, base: TopTraining, finetune: T
     if base_path.is_file():
         top, base_summary = TowersTop(load_towers_checkpoint(base_path).eval()), {"reused": str(base_path)}
     else:
-        base_summary = train_top(top, base_split, base, seed=0)
+        base_summary = (heads_base(top, base_split, base_heads) if base_heads is not None
+                        else train_top(top, base_split, base, seed=0))
         save_top_checkpoint(top, base_path)
     result = {"split": split, "base_share": base_share, "finetune_on": finetune_on,
               "base_images": len(base_rows), "finetune_images": len(finetune_split.image_maps),
-              "base_settings": dataclasses.asdict(base), "finetune_settings": dataclasses.asdict(finetune),
+              "base_settings": dataclasses.asdict(base_heads if base_heads is not None else base),
+              "base_trains": "heads" if base_heads is not None else "tops and heads",
+              "finetune_settings": dataclasses.asdict(finetune),
               "base": {"train": base_summary, split: recall(top, splits[split])}, "plain": []}
     log(f"base: {split} {result['base'][split]} ({base_summary.get('seconds', 0):.0f}s)")
     for seed in range(seeds):
@@ -194,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     protocol.add_argument("--base-share", type=float, default=0.5, help="share of training images for the base")
     protocol.add_argument("--finetune-on", choices=("rest", "all"), default="rest")
     protocol.add_argument("--seeds", type=int, default=2)
+    protocol.add_argument("--base", choices=("tops", "heads"), default="heads",
+                          help="what the base trains: tops and heads, or heads only (tops pretrained)")
+    protocol.add_argument("--base-heads-candidate", type=int, default=3,
+                          help="row of the study's base grid for a heads-only base")
     protocol.add_argument("--base-epochs", type=float, default=10.0)
     protocol.add_argument("--base-lr", type=float, default=1e-3)
     protocol.add_argument("--finetune-epochs", type=float, default=5.0)
@@ -210,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         locked_reference(args.data, args.cache, args.out, args.split, [int(i) for i in args.candidates.split(",")])
     else:
         run_protocol(args.data, args.cache, args.out, _training(args, "base"), _training(args, "finetune"),
-                     args.base_share, args.seeds, args.split, args.finetune_on)
+                     args.base_share, args.seeds, args.split, args.finetune_on,
+                     DEFAULT_BASE_GRID[args.base_heads_candidate] if args.base == "heads" else None)
     print(f"wall {time.perf_counter() - started:.0f}s")
     return 0
 

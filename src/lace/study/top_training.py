@@ -73,6 +73,20 @@ def _maps(split: TopSplit, rows) -> torch.Tensor:
     return torch.from_numpy(np.asarray(split.image_maps[np.asarray(rows)], dtype=np.float32))
 
 
+def encode_captions(top: TowersTop, token_states: TokenStates, rows, chunk: int = 64) -> torch.Tensor:
+    """(B, d) unit text embeddings of cached captions `rows`, in their order.
+
+    Captions run through the top layers in length-sorted chunks, each padded to its own
+    longest caption: every caption's embedding depends on its own tokens only, so this
+    equals one padded batch and computes about half as many padded token states.
+    """
+    rows = np.asarray(rows)
+    lengths = token_states.offsets[rows + 1] - token_states.offsets[rows]
+    order = np.argsort(lengths, kind="stable")
+    parts = [top.encode_text_states(*token_states.batch(rows[order[i:i + chunk]])) for i in range(0, len(rows), chunk)]
+    return torch.cat(parts)[torch.from_numpy(np.argsort(order))]
+
+
 def build_top_optimizer(top: TowersTop, weight_decay: float) -> torch.optim.AdamW:
     """AdamW in four groups (top layers or heads, with or without decay); each group's
     `lr_scale` multiplies the scheduled learning rate."""
@@ -107,9 +121,9 @@ def train_top(top: TowersTop, split: TopSplit, settings: TopTraining, seed: int)
         samples = order.micro_batch(step)
         image_rows = [s.index for s in samples]
         caption_rows = [int(split.caption_rows[rows_of_image[s.index][s.caption]]) for s in samples]
-        states, mask = split.token_states.batch(caption_rows)
-        U, V, scale = top(_maps(split, image_rows), states, mask)
-        loss = lace_loss(U, V, scale)
+        U = top.encode_image_states(_maps(split, image_rows))
+        V = encode_captions(top, split.token_states, caption_rows)
+        loss = lace_loss(U, V, top.logit_scale.exp())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -127,13 +141,8 @@ def embed_top_split(top: TowersTop, split: TopSplit, batch_size: int = 512) -> t
     top.eval()
     images = torch.cat([top.encode_image_states(_maps(split, range(i, min(i + batch_size, len(split.image_maps)))))
                         for i in range(0, len(split.image_maps), batch_size)])
-    order = np.argsort([split.token_states.offsets[r + 1] - split.token_states.offsets[r] for r in split.caption_rows],
-                       kind="stable")  # length-sorted batches: little padding
-    texts = torch.empty(len(split.caption_rows), images.shape[1])
-    for i in range(0, len(order), batch_size):
-        rows = order[i:i + batch_size]
-        texts[rows] = top.encode_text_states(*split.token_states.batch(split.caption_rows[rows]))
+    texts = encode_captions(top, split.token_states, split.caption_rows, chunk=batch_size)
     return images, texts
 
 
-__all__ = ["TopSplit", "TopTraining", "build_top_optimizer", "embed_top_split", "train_top"]
+__all__ = ["TopSplit", "TopTraining", "build_top_optimizer", "embed_top_split", "encode_captions", "train_top"]

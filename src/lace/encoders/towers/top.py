@@ -103,7 +103,9 @@ class TowersTop(torch.nn.Module):
     def __init__(self, encoder: TowersDualEncoder):
         super().__init__()
         top_blocks = sum(len(stage) for stage in encoder.image_tower.model.blocks[-IMAGE_TOP_STAGES:])
-        encoder.unlock_top_blocks(top_blocks, TEXT_TOP_LAYERS)
+        self.unlocked_blocks = (top_blocks, TEXT_TOP_LAYERS)
+        """Image blocks and text layers trained (`TowersDualEncoder.unlock_top_blocks`)."""
+        encoder.unlock_top_blocks(*self.unlocked_blocks)
         self.encoder = encoder
         self.image_top = ImageTop(encoder.image_tower.model)
         self.text_top = TextTop(encoder.text_tower.model)
