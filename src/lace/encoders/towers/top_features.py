@@ -1,0 +1,228 @@
+"""Intermediate tower features below the trainable tops, cached on disk as float16 `.npy`.
+
+What `lace.encoders.towers.top.TowersTop` reads instead of pixels and token ids:
+
+- `image-top-<key>.npy`: (N_img, 192, 7, 7) float16, the EfficientNet-Lite0 map entering
+  stage 6 (the output of stage 5, block 15 of 16), one per record;
+- `text-top-<key>.npy`: (T, 384) float16, the MiniLM token states entering layer 4 of 0..5,
+  for every real token ([CLS] and [SEP] included) of every caption, captions one after
+  another; `text-top-<key>-offsets.npy` (N_txt + 1,) int64 gives caption i the rows
+  offsets[i]:offsets[i + 1], so its attention mask is all ones over that length.
+
+Each file has a `.json` beside it, with the measured extraction time and the cosine
+between the pooled tower features computed from float32 and from the stored float16
+intermediates (first batch). Keys are built as in `lace.encoders.towers.features`, with
+a fingerprint of the tower weights below the cut only: training the top layers does
+not invalidate the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from numpy.lib.format import open_memmap
+from tqdm import tqdm
+
+from lace.data.dataset import ImageTextDataset
+from lace.encoders.towers import image_tower
+from lace.encoders.towers.features import _ImageFiles, cache_key
+from lace.encoders.towers.model import TowersDualEncoder
+from lace.encoders.towers.top import (
+    IMAGE_CUT_SHAPE,
+    IMAGE_TOP_STAGES,
+    TEXT_TOP_LAYERS,
+    ImageTop,
+    TextTop,
+    image_below_top,
+    text_below_top,
+)
+from lace.errors import LaceInputError
+from lace.io import atomic_path, atomic_write_json, read_json
+
+STORAGE_DTYPE = np.float16
+
+
+@dataclass
+class TokenStates:
+    """Ragged cached token states: (T, h) rows, caption i owning offsets[i]:offsets[i + 1]."""
+
+    states: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def batch(self, rows) -> tuple[torch.Tensor, torch.Tensor]:
+        """Captions `rows` -> (B, L, h) float32 states zero-padded to the longest, and (B, L) 0/1 mask."""
+        rows = [int(r) for r in rows]
+        lengths = [int(self.offsets[r + 1] - self.offsets[r]) for r in rows]
+        longest = max(lengths, default=0)
+        states = torch.zeros(len(rows), longest, self.states.shape[1])
+        mask = torch.zeros(len(rows), longest, dtype=torch.long)
+        for i, (row, length) in enumerate(zip(rows, lengths)):
+            start = int(self.offsets[row])
+            states[i, :length] = torch.from_numpy(np.asarray(self.states[start:start + length], dtype=np.float32))
+            mask[i, :length] = 1
+        return states, mask
+
+
+def _below_fingerprint(module: torch.nn.Module, top_prefixes: tuple[str, ...]) -> str:
+    """Short hash of the parameters and buffers of `module` outside `top_prefixes`."""
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        if not name.startswith(top_prefixes):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def image_cache_path(encoder: TowersDualEncoder, dataset: ImageTextDataset, cache_dir: str | Path) -> Path:
+    model = encoder.image_tower.model
+    top = tuple(f"blocks.{i}." for i in range(len(model.blocks) - IMAGE_TOP_STAGES, len(model.blocks)))
+    items = [f"{record.image_path}::{record.tar_member or ''}" for record in dataset.records]
+    tower_id = f"{encoder.image_tower.tower_id}:below-top-{IMAGE_TOP_STAGES}-stages"
+    fingerprint = _below_fingerprint(model, top + ("conv_head.", "bn2.", "classifier."))
+    return Path(cache_dir) / f"image-top-{cache_key(tower_id, fingerprint, items)}.npy"
+
+
+def text_cache_path(encoder: TowersDualEncoder, captions: list[str], cache_dir: str | Path) -> Path:
+    bert = encoder.text_tower.model
+    n_layers = len(bert.encoder.layer)
+    top = tuple(f"encoder.layer.{i}." for i in range(n_layers - TEXT_TOP_LAYERS, n_layers)) + ("pooler.",)
+    tower_id = f"{encoder.text_tower.tower_id}:max-tokens-{encoder.text_tower.max_tokens}:below-top-{TEXT_TOP_LAYERS}-layers"
+    return Path(cache_dir) / f"text-top-{cache_key(tower_id, _below_fingerprint(bert, top), list(captions))}.npy"
+
+
+def _float16_cosine(pooled32: torch.Tensor, pooled16: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(pooled32, pooled16, dim=1).min())
+
+
+def _write_description(path: Path, description: dict) -> None:
+    atomic_write_json(path.with_suffix(".json"), description)
+
+
+def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDataset, path: Path,
+                               batch_size: int = 64, num_workers: int = 1, progress: bool = False) -> dict:
+    """Write the (N_img, 192, 7, 7) float16 maps of every record to `path`; return the description."""
+    model = encoder.image_tower.model
+    top = ImageTop(model).eval()
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE),
+        batch_size=batch_size, num_workers=num_workers, shuffle=False,
+    )
+    started, start, min_cosine = time.perf_counter(), 0, None
+    with atomic_path(path) as tmp, torch.inference_mode():
+        output = open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=(len(dataset), *IMAGE_CUT_SHAPE))
+        for pixels in tqdm(loader, desc="image tower below the top", unit="batch", disable=not progress):
+            maps = image_below_top(model, pixels.contiguous(memory_format=torch.channels_last)).float()
+            stored = maps.to(torch.float16)
+            output[start:start + len(maps)] = stored.cpu().numpy()
+            if min_cosine is None:
+                min_cosine = _float16_cosine(top(maps), top(stored.float()))
+            start += len(maps)
+        output.flush()
+        del output
+    seconds = time.perf_counter() - started
+    description = {
+        "tower": encoder.image_tower.tower_id, "cut": f"input of timm stage {len(model.blocks) - IMAGE_TOP_STAGES}",
+        "shape": [len(dataset), *IMAGE_CUT_SHAPE], "dtype": "float16", "source": dataset.source,
+        "seconds": seconds, "images_per_second": len(dataset) / max(seconds, 1e-9),
+        "torch_threads": torch.get_num_threads(), "min_pooled_cosine_float16_vs_float32_first_batch": min_cosine,
+    }
+    _write_description(path, description)
+    return description
+
+
+def compute_text_top_features(encoder: TowersDualEncoder, captions: list[str], path: Path,
+                              batch_size: int = 256, progress: bool = False) -> dict:
+    """Write the ragged (T, 384) float16 token states of `captions` and their offsets; return the description."""
+    bert, tokenizer = encoder.text_tower.model, encoder.text_tower._tokenizer
+    top = TextTop(bert).eval()
+    lengths = np.array([len(ids) for ids in tokenizer(list(captions), truncation=True,
+                                                      max_length=encoder.text_tower.max_tokens)["input_ids"]])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    by_length = sorted(range(len(captions)), key=lambda i: lengths[i])  # little padding per batch
+    started, min_cosine = time.perf_counter(), None
+    with atomic_path(path) as tmp, torch.inference_mode():
+        output = open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=(int(offsets[-1]), bert.config.hidden_size))
+        for start in tqdm(range(0, len(captions), batch_size), desc="text tower below the top", unit="batch",
+                          disable=not progress):
+            rows = by_length[start:start + batch_size]
+            tokens = encoder.tokenize([captions[i] for i in rows])
+            mask = (tokens != encoder.text_tower.pad_token_id).long()
+            if not np.array_equal(mask.sum(1).numpy(), lengths[rows]):
+                raise LaceInputError(f"{path}: batched tokenisation disagrees with per-caption lengths")
+            states = text_below_top(bert, tokens, mask)
+            stored = states.to(torch.float16)
+            for i, row in enumerate(rows):
+                output[offsets[row]:offsets[row + 1]] = stored[i, :lengths[row]].cpu().numpy()
+            if min_cosine is None:
+                min_cosine = _float16_cosine(top(states, mask), top(stored.float(), mask))
+        output.flush()
+        del output
+    seconds = time.perf_counter() - started
+    with atomic_path(offsets_path(path)) as tmp, open(tmp, "wb") as handle:
+        np.save(handle, offsets)
+    description = {
+        "tower": encoder.text_tower.tower_id, "cut": f"input of layer {len(bert.encoder.layer) - TEXT_TOP_LAYERS}",
+        "captions": len(captions), "tokens": int(offsets[-1]), "dtype": "float16",
+        "first_item": captions[0] if captions else None, "seconds": seconds,
+        "captions_per_second": len(captions) / max(seconds, 1e-9), "torch_threads": torch.get_num_threads(),
+        "min_pooled_cosine_float16_vs_float32_first_batch": min_cosine,
+    }
+    _write_description(path, description)
+    return description
+
+
+def offsets_path(path: Path) -> Path:
+    return path.with_name(path.stem + "-offsets.npy")
+
+
+def _load(path: Path, expected_rows: int, what: str) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r")
+    except ValueError as error:
+        raise LaceInputError(f"{path}: unreadable cached {what} ({error}); delete the file") from error
+    if array.shape[0] != expected_rows:
+        raise LaceInputError(f"{path}: cached {what} with {array.shape[0]} rows, expected {expected_rows}")
+    return array
+
+
+def cached_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDataset, cache_dir: str | Path,
+                              batch_size: int = 64, num_workers: int = 1, progress: bool = False) -> np.ndarray:
+    """(N_img, 192, 7, 7) float16 read-only memory map, computed and cached on the first call."""
+    path = image_cache_path(encoder, dataset, cache_dir)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        compute_image_top_features(encoder, dataset, path, batch_size, num_workers, progress)
+    maps = _load(path, len(dataset), "image maps")
+    if maps.shape[1:] != IMAGE_CUT_SHAPE:
+        raise LaceInputError(f"{path}: cached image maps of shape {maps.shape}, expected (N, {IMAGE_CUT_SHAPE})")
+    return maps
+
+
+def cached_text_top_features(encoder: TowersDualEncoder, captions: list[str], cache_dir: str | Path,
+                             batch_size: int = 256, progress: bool = False) -> TokenStates:
+    """Ragged token states of `captions` (read-only memory maps), computed and cached on the first call."""
+    captions = list(captions)
+    path = text_cache_path(encoder, captions, cache_dir)
+    if not path.is_file() or not offsets_path(path).is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        compute_text_top_features(encoder, captions, path, batch_size, progress)
+    offsets = np.asarray(_load(offsets_path(path), len(captions) + 1, "token offsets"))
+    states = _load(path, int(offsets[-1]), "token states")
+    return TokenStates(states=states, offsets=offsets)
+
+
+def cache_description(path: Path) -> dict:
+    """The `.json` written beside a cached array."""
+    return read_json(path.with_suffix(".json"))
+
+
+__all__ = ["TokenStates", "cached_image_top_features", "cached_text_top_features", "image_cache_path",
+           "text_cache_path"]
