@@ -87,7 +87,7 @@ class ImageTowerSplit:
         if self.is_resnet:
             if self.grid is None:
                 raise ValueError("call lower() first: upper() needs the grid of the map")
-            batch, positions, channels = features.shape
+            batch, _, channels = features.shape
             x = features.transpose(1, 2).reshape(batch, channels, *self.grid)
             for stage in self._resnet_stages()[self._cut :]:
                 x = stage(x)
