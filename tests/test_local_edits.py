@@ -10,12 +10,14 @@ from lace.data.world import (
     render_scene,
     sample_scene,
 )
+from lace.data.world.config import PALETTE
 from lace.data.world.scene import sample_rng
 from lace.encoders.open_clip_encoder import load_open_clip
-from lace.local.editor import fit_local_editor
+from lace.local.editor import fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
+from lace.local.recolour import grey_preserving_map, halo
 from lace.local.towers import ImageTowerSplit
 from lace.local.transport import GaussianTransport
 
@@ -143,3 +145,30 @@ def test_gradients_reach_layers_below_and_above_the_cut(resnet):
     assert visual.layer2[0].conv1.weight.grad.abs().sum() > 0  # above L
     assert visual.attnpool.c_proj.weight.grad.abs().sum() > 0
     resnet.model.zero_grad()
+
+
+def test_grey_preserving_map_repaints_one_colour_and_keeps_greys():
+    red, blue = torch.tensor([0.86, 0.12, 0.12]), torch.tensor([0.14, 0.29, 0.88])
+    colour_map = grey_preserving_map(red, blue)
+    torch.testing.assert_close(colour_map @ red, blue)
+    for level in (0.0, 0.4, 0.9):
+        grey = torch.full((3,), level)
+        torch.testing.assert_close(colour_map @ grey, grey)
+    with pytest.raises(ValueError, match="grey"):
+        grey_preserving_map(torch.full((3,), 0.5), blue)
+
+
+def test_recolour_editor_moves_only_the_found_object_and_its_halo(resnet):
+    pixels, captions, vocabulary = _world_batch(48)
+    prototypes = torch.tensor([PALETTE[name] for name in vocabulary.groups()["colour"]]).float() / 255.0
+    normalise = resnet.preprocess.transforms[-1]
+    editor = fit_recolour_editor(resnet.model, pixels, normalise, captions, vocabulary, "layer1", prototypes,
+                                 locate_layer="layer1")
+    assert editor.transport.weights_  # some concept pairs were learnt from repainted images
+    split = ImageTowerSplit(resnet.model, "layer1")
+    with torch.no_grad():
+        features = split.regions(split.lower(normalise(pixels[:8])))
+    objects = editor.locate(resnet.model, normalise(pixels[:8]), features, split.grid)
+    step, _ = binding_swap(editor.transport, features, split.grid, objects)
+    near = halo(objects.coverage.amax(dim=1), split.grid) > editor.transport.min_coverage  # (B, P)
+    assert (step.norm(dim=-1)[~near] == 0).all()

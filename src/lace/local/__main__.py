@@ -30,13 +30,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-train", type=int, default=3000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--locate-layer", default=None, help="layer the reader finds objects at (default: each edit layer)")
+    parser.add_argument("--renderer-masks", action="store_true",
+                        help="also measure each method placed by the renderer's masks (a diagnostic of the operator)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     encoder = load_encoder(args.model, args.pretrained)
     config = FidelityConfig(world=args.world, layers=tuple(args.layers.split(",")),
                             text_layers=tuple(filter(None, args.text_layers.split(","))),
                             methods=tuple(args.methods.split(",")), split=args.split, n_items=args.n_items,
-                            n_train=args.n_train, seed=args.seed)
+                            n_train=args.n_train, seed=args.seed, locate_layer=args.locate_layer,
+                            renderer_masks=args.renderer_masks)
     results = measure_fidelity(encoder, config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

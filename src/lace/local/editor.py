@@ -1,7 +1,8 @@
 """Image-side local counterfactuals for training: (B, M, d) unit negatives with gradient and a (B, M) mask.
 
-    editor = fit_local_editor(encoder, train_pixels, train_captions, vocabulary, layer="stem")
-    negatives = editor.negatives(encoder.model, pixels, n_edits=2)
+    editor = fit_recolour_editor(encoder.model, raw_train_pixels, normalise, train_captions, vocabulary,
+                                 layer="layer1", prototypes=colour_rgb)
+    negatives = editor.negatives(encoder.model, pixels, n_edits=2)  # pixels: model input
     negatives.embeddings  # (B, M, d) unit, gradient through the layers above and below L
     negatives.valid       # (B, M) bool: rows without a valid edit get no extra negative there
 
@@ -19,9 +20,10 @@ from torch import Tensor
 from lace.concepts.directions import mention_matrix
 from lace.concepts.vocabulary import Vocabulary
 from lace.local.edits import binding_swap, effect_check, random_control, transplant
-from lace.local.objects import FoundObjects, find_objects
+from lace.local.objects import FoundObjects, find_objects, resize_objects
 from lace.local.reader import PositionConceptReader
-from lace.local.towers import ImageTowerSplit
+from lace.local.recolour import RecolourRegression
+from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport
 
 
@@ -38,26 +40,39 @@ class LocalNegatives:
 class LocalImageEditor:
     """Binding swaps and transplants of one attribute group at layer `layer` of an open_clip image tower.
 
-    reader: the fitted position reader of the group; transport: the fitted Gaussian transport;
-    concept_names: the group's G concepts; check_effect: keep only edits the reader reads as done;
-    seed: seed of the transplant targets and of the random controls.
+    reader: the fitted position reader of the group; transport: the fitted operator that moves positions
+    from one concept to another (`GaussianTransport` or `RecolourRegression`);
+    concept_names: the group's G concepts; check_effect: keep only edits the reader reads as done
+    (only when the reader reads the edit layer itself); seed: seed of the transplant targets and of
+    the random controls; locate_layer: the layer whose features the reader reads to find objects
+    (None: the edit layer); their coverage is averaged onto the edit layer's grid.
     """
 
-    def __init__(self, layer: str, reader: PositionConceptReader, transport: GaussianTransport,
-                 concept_names: list[str], check_effect: bool = True, seed: int = 0):
+    def __init__(self, layer: str, reader: PositionConceptReader, transport: GaussianTransport | RecolourRegression,
+                 concept_names: list[str], check_effect: bool = True, seed: int = 0,
+                 locate_layer: str | None = None):
         self.layer = layer
+        self.locate_layer = locate_layer or layer
         self.reader = reader
         self.transport = transport
         self.concept_names = list(concept_names)
         self.check_effect = check_effect
         self.generator = torch.Generator().manual_seed(seed)
 
-    def steps(self, features: Tensor, grid: tuple[int, int], n_edits: int) -> tuple[Tensor, Tensor, list[str], FoundObjects]:
-        """Region features (B, P, C) -> steps (B, M, P, C), valid (B, M), slot kinds, found objects."""
-        objects = find_objects(self.reader, features)
+    def locate(self, clip: torch.nn.Module, pixels: Tensor, features: Tensor, grid: tuple[int, int]) -> FoundObjects:
+        """Objects of images (B, 3, H, W) whose region features at the edit layer are (B, P, C)."""
+        if self.locate_layer == self.layer:
+            return find_objects(self.reader, features)
+        located, located_grid = region_features(clip, pixels, self.locate_layer)
+        return resize_objects(find_objects(self.reader, located), located_grid, grid)
+
+    def steps(self, features: Tensor, grid: tuple[int, int], n_edits: int,
+              objects: FoundObjects) -> tuple[Tensor, Tensor, list[str]]:
+        """Region features (B, P, C) and their objects -> steps (B, M, P, C), valid (B, M), slot kinds."""
         steps, valid, kinds = [], [], []
         swap_step, swap_valid = binding_swap(self.transport, features, grid, objects)
-        if self.check_effect:
+        check = self.check_effect and self.locate_layer == self.layer
+        if check:
             edited = features.detach() + swap_step
             swap_valid = swap_valid & effect_check(self.reader, edited, objects.coverage[:, 0], objects.concept[:, 0],
                                                    objects.concept[:, 1])
@@ -69,14 +84,14 @@ class LocalImageEditor:
             which = torch.full((batch,), (slot - 1) % objects.concept.shape[1], dtype=torch.long)
             new_concept = self._absent_concepts(objects)
             step, ok = transplant(self.transport, features, grid, objects, which, new_concept)
-            if self.check_effect:
+            if check:
                 rows = torch.arange(batch)
                 ok = ok & effect_check(self.reader, features.detach() + step, objects.coverage[rows, which],
                                        objects.concept[rows, which], new_concept)
             steps.append(step)
             valid.append(ok)
             kinds.append("transplant")
-        return torch.stack(steps, dim=1), torch.stack(valid, dim=1), kinds, objects
+        return torch.stack(steps, dim=1), torch.stack(valid, dim=1), kinds
 
     def _absent_concepts(self, objects: FoundObjects) -> Tensor:
         """(B,) a random concept that no found object has."""
@@ -96,7 +111,8 @@ class LocalImageEditor:
         split = ImageTowerSplit(clip, self.layer)
         features = split.lower(pixels)  # (B, n_prefix + P, C), with gradient
         regions = split.regions(features)
-        steps, valid, kinds, objects = self.steps(regions, split.grid, n_edits)  # (B, M, P, C)
+        objects = self.locate(clip, pixels, regions, split.grid)
+        steps, valid, kinds = self.steps(regions, split.grid, n_edits, objects)  # (B, M, P, C)
         if control:
             steps = random_control(steps, self.generator)
         if split.n_prefix:
@@ -119,24 +135,41 @@ def group_mentions(vocabulary: Vocabulary, group: str, captions_per_image: list[
     return mentions[:, [all_names.index(name) for name in names]], list(names)
 
 
+def fit_recolour_editor(clip: torch.nn.Module, raw_pixels: Tensor, normalise, captions_per_image: list[list[str]],
+                        vocabulary: Vocabulary, layer: str, prototypes: Tensor, group: str = "colour",
+                        locate_layer: str | None = "layer1", recolour: RecolourRegression | None = None,
+                        seed: int = 0) -> LocalImageEditor:
+    """The editor with the most faithful operator measured: the reader (at `locate_layer`) finds objects and
+    the recolouring regression learnt from grey-preserving colour maps moves them at `layer`.
+
+    raw_pixels (N, 3, H, W) in [0, 1] training images; normalise: raw pixels -> model input;
+    prototypes (G, 3) RGB in [0, 1] of the group's concepts.
+    """
+    editor = fit_local_editor(clip, normalise(raw_pixels), captions_per_image, vocabulary, layer, group,
+                              transport=GaussianTransport(n_buckets=1, window=1, covariance=False), seed=seed,
+                              locate_layer=locate_layer)
+    operator = (recolour or RecolourRegression()).fit(clip, layer, raw_pixels, normalise, editor.reader, prototypes,
+                                                      editor.locate_layer)
+    return LocalImageEditor(layer, editor.reader, operator, editor.concept_names, seed=seed,
+                            locate_layer=editor.locate_layer)
+
+
 def fit_local_editor(clip: torch.nn.Module, pixels: Tensor, captions_per_image: list[list[str]],
                      vocabulary: Vocabulary, layer: str, group: str = "colour",
                      transport: GaussianTransport | None = None, reader: PositionConceptReader | None = None,
-                     batch_size: int = 500, seed: int = 0) -> LocalImageEditor:
-    """Fit the reader and the transport of `group` at `layer` on training images (N, 3, H, W) and their captions."""
+                     batch_size: int = 500, seed: int = 0, locate_layer: str | None = None,
+                     fit_reader: bool = True) -> LocalImageEditor:
+    """Fit the reader (at `locate_layer`, default `layer`) and the transport of `group` at `layer` on training
+    images (N, 3, H, W) and their captions. fit_reader=False reuses an already fitted `reader`."""
     mentions, names = group_mentions(vocabulary, group, captions_per_image)
+    locate_layer = locate_layer or layer
     features, grid = region_features(clip, pixels, layer, batch_size)
-    reader = (reader or PositionConceptReader(random_state=seed)).fit(features, mentions)
-    objects = find_objects(reader, features)
+    located, located_grid = (features, grid) if locate_layer == layer else region_features(clip, pixels, locate_layer,
+                                                                                           batch_size)
+    reader = reader or PositionConceptReader(random_state=seed)
+    if fit_reader:
+        reader.fit(located, mentions)
+    objects = resize_objects(find_objects(reader, located), located_grid, grid)
     coverage = objects.coverage * objects.valid[..., None]
     transport = (transport or GaussianTransport()).fit(features, grid, objects.concept, coverage, len(names))
-    return LocalImageEditor(layer, reader, transport, names, seed=seed)
-
-
-def region_features(clip: torch.nn.Module, pixels: Tensor, layer: str, batch_size: int = 500) -> tuple[Tensor, tuple[int, int]]:
-    """Region features (N, P, C) of images at `layer`, without gradient, and the (H, W) grid."""
-    split = ImageTowerSplit(clip, layer)
-    with torch.no_grad():
-        parts = [split.regions(split.lower(pixels[start : start + batch_size]))
-                 for start in range(0, len(pixels), batch_size)]
-    return torch.cat(parts), split.grid
+    return LocalImageEditor(layer, reader, transport, names, seed=seed, locate_layer=locate_layer)

@@ -1,6 +1,9 @@
 """Edits of position features at L: binding swap, transplant and attenuate at one object's positions,
 the same-size random control, and the effect check.
 
+The operator (`transport`) is any object with `move(features, grid, coverage, source, target)`:
+`lace.local.transport.GaussianTransport` or `lace.local.recolour.RecolourRegression`.
+
 Every kernel returns a step (B, P, C) to add to the features, computed without gradient (like the
 pooled editor's constant step `(a' - a) D`), and a (B,) validity mask; the tower's upper layers then
 run on `features + step`, so the counterfactual keeps its gradient through them and, through the
@@ -14,10 +17,9 @@ from torch import Tensor
 
 from lace.local.objects import FoundObjects
 from lace.local.reader import PositionConceptReader
-from lace.local.transport import GaussianTransport
 
 
-def binding_swap(transport: GaussianTransport, features: Tensor, grid: tuple[int, int],
+def binding_swap(transport, features: Tensor, grid: tuple[int, int],
                  objects: FoundObjects, first: int = 0, second: int = 1) -> tuple[Tensor, Tensor]:
     """Exchange the concepts of two found objects: each one's positions move to the other's concept.
 
@@ -30,7 +32,7 @@ def binding_swap(transport: GaussianTransport, features: Tensor, grid: tuple[int
     return step * valid[:, None, None], valid & (step.flatten(1).norm(dim=1) > 0)
 
 
-def transplant(transport: GaussianTransport, features: Tensor, grid: tuple[int, int], objects: FoundObjects,
+def transplant(transport, features: Tensor, grid: tuple[int, int], objects: FoundObjects,
                which: Tensor, new_concept: Tensor) -> tuple[Tensor, Tensor]:
     """Give object `which[b]` (B,) the concept `new_concept[b]` (B,) at its positions only.
 

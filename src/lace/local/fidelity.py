@@ -22,18 +22,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from torchvision.transforms import Normalize
 
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_dataset
-from lace.data.world.config import WorldConfig
+from lace.data.world.config import PALETTE, WorldConfig
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
 from lace.local.codes import LocalConceptCodes
-from lace.local.editor import fit_local_editor, region_features
+from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, random_control, transplant
-from lace.local.objects import find_objects, mask_iou
+from lace.local.objects import FoundObjects, mask_iou
+from lace.local.recolour import RecolourRegression
 from lace.local.text import caption_swap_negatives, single_token_ids
-from lace.local.towers import ImageTowerSplit
+from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport
 
 METHODS = {
@@ -41,9 +43,11 @@ METHODS = {
     "bucket_mean_shift": {"n_buckets": 5, "window": 1, "covariance": False},
     "cell_transport": {"n_buckets": 5, "window": 1},
     "window_transport": {"n_buckets": 5, "window": 3},
+    "recolour_regression": {"window": 3},
 }
 """Edit operators compared: the naive mean difference of the two concepts' features, the same per
-coverage bucket, and Gaussian optimal transport per bucket on a position or its 3x3 neighbourhood."""
+coverage bucket, Gaussian optimal transport per bucket on a position or its 3x3 neighbourhood, and
+the recolouring regression learnt from grey-preserving colour maps of training images."""
 
 
 @dataclass
@@ -66,6 +70,11 @@ class FidelityConfig:
     """Training images the reader, codes and transport are fitted on."""
     group: str = "colour"
     """Attribute group the edits exchange."""
+    locate_layer: str | None = None
+    """Layer whose features the reader reads to find objects (None: each edit layer itself)."""
+    renderer_masks: bool = False
+    """Also measure, as a diagnostic only, each method placed by the renderer's masks and true colours
+    (fitted and applied so): the fidelity the operator reaches when localisation is perfect."""
     seed: int = 0
     batch_size: int = 200
     extra: dict = field(default_factory=dict)
@@ -108,7 +117,16 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     train = read_dataset(world / "karpathy_coco.json", split="train")
     n_train = min(config.n_train, len(train))
     train_pixels = torch.stack([encoder.preprocess(train.load_image(i)) for i in range(n_train)])
+    normalise = encoder.preprocess.transforms[-1]
+    if not isinstance(normalise, Normalize):
+        raise input_error(encoder.name, "preprocess", "a transform that ends with Normalize", type(normalise).__name__)
+    raw_pixels = train_pixels * torch.tensor(normalise.std).view(1, 3, 1, 1) + torch.tensor(normalise.mean).view(1, 3, 1, 1)
+    prototypes = torch.tensor([PALETTE[name] for name in vocabulary.groups()[config.group]]).float() / 255.0
     train_captions = [train.records[i].captions for i in range(n_train)]
+    train_scenes = None
+    if config.renderer_masks:
+        by_id = {s["id"]: s for s in map(json.loads, (world / "scenes_train.jsonl").read_text().splitlines())}
+        train_scenes = [by_id[Path(train.records[i].image_path).stem] for i in range(n_train)]
     items = json.loads((world / "benchmarks" / f"{config.split}.json").read_text())
     scenes = {s["id"]: s for s in map(json.loads, (world / f"scenes_{config.split}.jsonl").read_text().splitlines())}
     families = {family: [item for item in items if item["family"] == family][: config.n_items]
@@ -129,7 +147,8 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
             data[family]["u_rendered"] = encoder.encode_images(data[family]["x_rendered"])
         for layer in config.layers:
             results["image"][layer] = _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary,
-                                                     names, families, data, scenes, world_config, log)
+                                                     names, families, data, scenes, world_config, log, train_scenes,
+                                                     (raw_pixels, normalise, prototypes))
         concept_ids = single_token_ids(encoder.tokenize, names)
         chosen = families["swap_attribute"]
         tokens = encoder.tokenize([item["caption"] for item in chosen])
@@ -147,30 +166,64 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     return results
 
 
+def _renderer_objects(scene_list, grid, world_config, names) -> FoundObjects:
+    """Diagnostic only: the renderer's coverage and true colours of each scene's objects on `grid`."""
+    coverage = torch.tensor(np.stack([[object_coverage(obj, world_config) for obj in scene["objects"]]
+                                      for scene in scene_list])).float()  # (N, n, H_px, W_px)
+    coverage = F.adaptive_avg_pool2d(coverage, grid).flatten(2)
+    concept = torch.tensor([[names.index(obj["colour"]) for obj in scene["objects"]] for scene in scene_list])
+    return FoundObjects(concept, coverage, torch.ones_like(concept, dtype=torch.bool))
+
+
 def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary, names, families, data, scenes,
-                   world_config, log) -> dict:
+                   world_config, log, train_scenes, recolour_inputs) -> dict:
     split = ImageTowerSplit(clip, layer)
     out = {"methods": {}}
     editor = None
-    for method in config.methods:
-        editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
-                                  transport=GaussianTransport(**METHODS[method]),
-                                  reader=editor.reader if editor is not None else None, seed=config.seed)
+    variants = [(method, False) for method in config.methods]
+    if config.renderer_masks:
+        variants += [(method, True) for method in config.methods]
+    recolour = None
+    for method, masks in variants:
+        if method == "recolour_regression":
+            if editor is None:
+                editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
+                                          seed=config.seed, locate_layer=config.locate_layer)
+            if recolour is None:
+                raw_pixels, normalise, prototypes = recolour_inputs
+                recolour = RecolourRegression(**METHODS[method]).fit(
+                    clip, layer, raw_pixels, normalise, editor.reader, prototypes, editor.locate_layer)
+            transport = recolour
+        elif not masks:
+            editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
+                                      transport=GaussianTransport(**METHODS[method]),
+                                      reader=editor.reader if editor is not None else None, seed=config.seed,
+                                      locate_layer=config.locate_layer, fit_reader=editor is None)
+            transport = editor.transport
+        else:
+            train_features, grid = region_features(clip, train_pixels, layer)
+            oracle = _renderer_objects(train_scenes, grid, world_config, names)
+            transport = GaussianTransport(**METHODS[method]).fit(train_features, grid, oracle.concept,
+                                                                 oracle.coverage, len(names))
         generator = torch.Generator().manual_seed(config.seed)
         figures = {}
         for kind, family in (("swap", "swap_attribute"), ("transplant", "replace_attribute")):
             d = data[family]
             features = split.regions(split.lower(d["x"]))
-            objects = find_objects(editor.reader, features)
+            if masks:
+                objects = _renderer_objects([scenes[item["scene_id"]] for item in families[family]], split.grid,
+                                            world_config, names)
+            else:
+                objects = editor.locate(clip, d["x"], features, split.grid)
             if kind == "swap":
-                step, valid = binding_swap(editor.transport, features, split.grid, objects)
+                step, valid = binding_swap(transport, features, split.grid, objects)
             else:
                 chosen = families[family]
                 source = torch.tensor([names.index(item["edit"]["from"]) for item in chosen])
                 target = torch.tensor([names.index(item["edit"]["to"]) for item in chosen])
                 hit = (objects.concept == source[:, None]) & objects.valid
                 which = hit.float().argmax(dim=1)
-                step, valid = transplant(editor.transport, features, split.grid, objects, which, target)
+                step, valid = transplant(transport, features, split.grid, objects, which, target)
                 valid = valid & hit.any(dim=1)
             control = random_control(step, generator)
             u_edit = split.upper(features + step)
@@ -189,21 +242,24 @@ def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary
                                                           > (args[1] * d["v_pos"][rows]).sum(-1)).float()),
                 "step_norm": _mean(step.flatten(1).norm(dim=1)[rows]),
             }
-        out["methods"][method] = figures
-        log(f"[image {layer} {method}] swap {figures['swap']['edit']} control "
+        name = f"{method} (renderer masks)" if masks else method
+        out["methods"][name] = figures
+        log(f"[image {layer} {name}] swap {figures['swap']['edit']} control "
             f"{figures['swap']['random_control']['direction_agreement']}; transplant {figures['transplant']['edit']}")
-    out["localisation"] = _localisation(editor, split, data["swap_attribute"]["x"], families["swap_attribute"],
+    out["localisation"] = _localisation(clip, editor, split, data["swap_attribute"]["x"], families["swap_attribute"],
                                         scenes, world_config, names)
     out["reader_mention_loss"] = editor.reader.mention_loss_
-    out["codes"] = _codes_summary(clip, layer, train_pixels, train_captions, vocabulary, config.group, editor.reader)
+    out["locate_layer"] = editor.locate_layer
+    out["codes"] = _codes_summary(clip, editor.locate_layer, train_pixels, train_captions, vocabulary, config.group,
+                                  editor.reader)
     log(f"[image {layer}] localisation {out['localisation']} codes {out['codes']['fvu']:.3f} fvu")
     return out
 
 
-def _localisation(editor, split, pixels, items, scenes, world_config, names) -> dict:
+def _localisation(clip, editor, split, pixels, items, scenes, world_config, names) -> dict:
     """How well the objects found from features match the renderer's masks (measurement only)."""
     features = split.regions(split.lower(pixels))
-    objects = find_objects(editor.reader, features)
+    objects = editor.locate(clip, pixels, features, split.grid)
     colour_right, ious = [], []
     for row, item in enumerate(items):
         scene = scenes[item["scene_id"]]

@@ -46,3 +46,13 @@ def mask_iou(found: Tensor, truth: Tensor) -> Tensor:
     intersection = (found & truth).sum(-1).float()
     union = (found | truth).sum(-1).float()
     return torch.where(union > 0, intersection / union.clamp_min(1), torch.ones_like(union))
+
+
+def resize_objects(objects: FoundObjects, grid: tuple[int, int], new_grid: tuple[int, int]) -> FoundObjects:
+    """Objects found on a (H, W) grid with their coverage averaged onto `new_grid`."""
+    if tuple(grid) == tuple(new_grid):
+        return objects
+    batch, n = objects.concept.shape
+    coverage = objects.coverage.reshape(batch * n, 1, *grid)
+    resized = torch.nn.functional.adaptive_avg_pool2d(coverage, new_grid).reshape(batch, n, -1)
+    return FoundObjects(objects.concept, resized, objects.valid)

@@ -148,3 +148,12 @@ def pooled_text_position(clip: torch.nn.Module, tokens: Tensor) -> Tensor:
     if pool_type == "first":
         return torch.zeros_like(tokens[:, 0])
     raise input_error("text tower", "text_pool_type", "argmax, eos, first or last", pool_type)
+
+
+def region_features(clip: torch.nn.Module, pixels: Tensor, layer: str, batch_size: int = 500) -> tuple[Tensor, tuple[int, int]]:
+    """Region features (N, P, C) of images at `layer`, without gradient, and the (H, W) grid."""
+    split = ImageTowerSplit(clip, layer)
+    with torch.no_grad():
+        parts = [split.regions(split.lower(pixels[start : start + batch_size]))
+                 for start in range(0, len(pixels), batch_size)]
+    return torch.cat(parts), split.grid
