@@ -131,7 +131,7 @@ def _world_batch(n):
 def test_gradients_reach_layers_below_and_above_the_cut(resnet):
     pixels, captions, vocabulary = _world_batch(48)
     editor = fit_local_editor(resnet.model, pixels, captions, vocabulary, "layer1",
-                              transport=GaussianTransport(n_buckets=2, min_positions=1),
+                              transport=GaussianTransport(n_buckets=2, window=1, min_positions=1),
                               reader=PositionConceptReader(steps=50))
     resnet.model.zero_grad()
     negatives = editor.negatives(resnet.model, pixels[:6], n_edits=3)
