@@ -62,6 +62,11 @@ def uses_rendered(name: str) -> bool:
     return bool(VARIANTS[name].get("rendered_negatives"))
 
 
+def uses_local(name: str) -> bool:
+    """Whether variant `name` makes negatives inside the towers (`lace.local`)."""
+    return bool(VARIANTS[name].get("local_image_negatives") or VARIANTS[name].get("local_caption_swaps"))
+
+
 def uses_counterfactuals(name: str) -> bool:
     """Whether variant `name` trains with counterfactual embeddings (needs an editor)."""
     changes = VARIANTS[name]

@@ -26,15 +26,13 @@ GROUP = "colour"
 
 
 class SampleSeededLocalEditor(LocalImageEditor):
-    """A `LocalImageEditor` whose transplant targets come from per-row seeds set by `with_row_seeds`."""
-
-    row_seeds: list[int] = []
+    """A `LocalImageEditor` whose transplant targets come from per-row seeds (`row_seeds`, set before each call)."""
 
     @classmethod
     def from_editor(cls, editor: LocalImageEditor) -> SampleSeededLocalEditor:
         seeded = cls(editor.layer, editor.reader, editor.transport, editor.concept_names,
                      check_effect=editor.check_effect, locate_layer=editor.locate_layer)
-        seeded.row_seeds = []
+        seeded.row_seeds: list[int] = []
         return seeded
 
     def _absent_concepts(self, objects: FoundObjects) -> Tensor:

@@ -25,9 +25,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from lace.concepts.vocabulary import load_vocabulary
 from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
-from lace.concepts.vocabulary import load_vocabulary
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
 from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
@@ -60,8 +60,8 @@ from lace.train.negatives import (
     paired_caption_directions,
     rule_made_captions,
 )
-from lace.train.rendered import RenderedNegatives, rendered_negatives, world_of
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
+from lace.train.rendered import RenderedNegatives, rendered_negatives, world_of
 
 logger = logging.getLogger(__name__)
 
