@@ -26,7 +26,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from local_negatives import world_batch  # benchmarks/local_negatives.py: world scenes drawn on the fly
+from local_negatives import world_batch
 
 from lace.concepts.directions import directions_from_templates
 from lace.concepts.labelling import label_atoms
@@ -39,6 +39,7 @@ from lace.train.config import TrainConfig
 from lace.train.local_arm import fit_training_editor, local_image_negatives
 from lace.train.optim import build_optimizer
 
+# world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
 VOCABULARY = "src/lace/data/world/vocabulary.yaml"
 
 
