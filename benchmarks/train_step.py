@@ -8,9 +8,12 @@ batch) it times, interleaved so that machine load hits both alike:
   LACE loss with the extra columns.
 Parts of the LACE step are timed on their own: sparse coding + edits (both sides) and
 the extra logits (LACE loss minus CLIP loss, forward). Median over repeats.
+A third setting times LACE-local the way `lace train` runs it: the demo's lace-micro-rn-32 at
+batch 128 on drawn world scenes, plain against plain + M local image negatives at layer L
+(`fit_training_editor`, `local_image_negatives`), interleaved.
 Last line: one JSON object.
 
-    PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1]
+    PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from local_negatives import world_batch
 
 from lace.concepts.directions import directions_from_templates
 from lace.concepts.labelling import label_atoms
@@ -31,8 +35,11 @@ from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.edits import CounterfactualEditor
 from lace.encoders import load_encoder
 from lace.losses import clip_loss, lace_loss
+from lace.train.config import TrainConfig
+from lace.train.local_arm import fit_training_editor, local_image_negatives
 from lace.train.optim import build_optimizer
 
+# world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
 VOCABULARY = "src/lace/data/world/vocabulary.yaml"
 
 
@@ -111,15 +118,65 @@ def time_setting(name: str, model: str, batch: int, n_edits: int, repeats: int, 
     }
 
 
+def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_images: int = 1000,
+               pretrained: str | None = None) -> dict:
+    """Plain step against the LACE-local step of `lace train` (image negatives only), interleaved."""
+    torch.manual_seed(0)
+    encoder = load_encoder("lace-micro-rn-32", pretrained)
+    normalise = encoder.preprocess.transforms[-1]
+    raw, captions, vocabulary = world_batch(fit_images + batch)
+    pixels = normalise(raw)
+    config = TrainConfig(local_image_negatives=True, local_layer=layer, local_n_edits=n_edits, vocabulary="world")
+    started = time.perf_counter()
+    editor = fit_training_editor(config, encoder.model, pixels[:fit_images], [[c] for c in captions[:fit_images]],
+                                 normalise, vocabulary)
+    fit_seconds = time.perf_counter() - started
+    pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
+    optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
+    seeds = list(range(batch))
+    times: dict[str, list[float]] = {"plain": [], "local": []}
+    valid = []
+    encoder.train()
+
+    def step(local: bool) -> None:
+        start = time.perf_counter()
+        U, V, scale = encoder(pixels, tokens)
+        if local:
+            negatives, ok = local_image_negatives(editor, encoder.model, pixels, n_edits, seeds)
+            valid.append(float(ok.float().mean()))
+            loss = lace_loss(U, V, scale, image_negatives=negatives, image_valid=ok)
+        else:
+            loss = clip_loss(U, V, scale)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times["local" if local else "plain"].append(time.perf_counter() - start)
+
+    step(False)
+    step(True)  # warm-up
+    times = {"plain": [], "local": []}
+    for _ in range(repeats):
+        step(False)
+        step(True)
+    plain, local = statistics.median(times["plain"]), statistics.median(times["local"])
+    return {"setting": "world micro-rn, LACE-local", "model": "lace-micro-rn-32", "batch": batch, "n_edits": n_edits,
+            "layer": layer, "plain_ms": 1e3 * plain, "local_ms": 1e3 * local, "local_over_plain": local / plain,
+            "valid_edit_share": statistics.mean(valid), "editor_fit_seconds": fit_seconds, "fit_images": fit_images}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--n-edits", type=int, default=4)
     parser.add_argument("--vit-batch", type=int, default=8)
+    parser.add_argument("--local-n-edits", type=int, default=2)
+    parser.add_argument("--local-layer", default="layer1")
+    parser.add_argument("--local-pretrained", default=None, help="checkpoint of lace-micro-rn-32 (e.g. the demo's base)")
+    parser.add_argument("--local-only", action="store_true", help="time only the LACE-local setting")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rows = [
+    rows = [] if args.local_only else [
         time_setting("world tiny", "lace-tiny", 128, args.n_edits, args.repeats, n_atoms=128, sparsity=6),
         time_setting("ViT-B-32 random init", "ViT-B-32", args.vit_batch, args.n_edits, args.repeats,
                      n_atoms=512, sparsity=8),
@@ -130,13 +187,18 @@ def main() -> None:
         print(f"{r['setting']:<22} {r['batch']:>5} {r['plain_ms']:>9.1f} {r['lace_ms']:>9.1f} {r['edits_ms']:>9.1f} "
               f"{r['extra_logits_ms']:>16.2f} {r['valid_edit_share']:>6.2f} {r['lace_over_plain']:>10.3f} "
               f"{r['parts_over_plain']:>11.3f}")
+    local = time_local(args.local_n_edits, args.repeats, args.local_layer, pretrained=args.local_pretrained)
+    print(f"{local['setting']:<22} {local['batch']:>5} {local['plain_ms']:>9.1f} local {local['local_ms']:.1f} ms "
+          f"(M = {local['n_edits']} at {local['layer']}; valid {local['valid_edit_share']:.2f}) "
+          f"local/plain {local['local_over_plain']:.3f}; editor fit {local['editor_fit_seconds']:.1f}s")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
     if torch.cuda.is_available():
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps({
         "benchmark": "train_step", "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "threads": args.threads, "settings": rows,
-        "lace_over_plain": max(r["lace_over_plain"] for r in rows), "peak_gb": round(peak_gb, 3),
+        "threads": args.threads, "settings": rows, "local": local,
+        "local_over_plain": local["local_over_plain"],
+        "lace_over_plain": max((r["lace_over_plain"] for r in rows), default=None), "peak_gb": round(peak_gb, 3),
     }))
 
 

@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("embeddings",),
     ("dictionary",),
     ("concepts",),
-    ("edits",),
+    ("edits", "local"),
     ("losses",),
     ("train",),
     ("eval",),

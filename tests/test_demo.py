@@ -2,12 +2,13 @@
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
 from lace.demo import DemoConfig, run_demo
-from lace.demo.report import claims
-from lace.demo.sweep import read_grid, run_sweep, setting_folder
+from lace.demo.report import binding_targets, claims
+from lace.demo.sweep import read_grid, reuse_run, run_sweep, setting_folder
 from lace.errors import LaceInputError
 
 TINY = DemoConfig(world_images=240, base_steps=6, finetune_steps=3, batch_size=16, atoms=16, sparsity=3,
@@ -114,3 +115,48 @@ def test_sweep_grid_errors_name_the_file_and_field(tmp_path):
     grid_path.write_text('"bigger world": {world_images: 100}\n')
     with pytest.raises(LaceInputError, match=r"grid\.yaml: field 'bigger world\.world_images'"):
         read_grid(grid_path)
+
+
+def _results(figures: dict[str, float]) -> dict:
+    """One split's results with the given world and retrieval figures (the rest absent)."""
+    world = {key: value for key, value in figures.items() if "/" in key and not key.startswith("R@")}
+    retrieval = {key[3:]: value for key, value in figures.items() if key.startswith("R@ ")}
+    return {"test": {"benchmarks": {"world": world, "retrieval": retrieval}, "diagnostics": {}}}
+
+
+def test_binding_targets_say_met_or_missed_with_the_figures():
+    keys = ("i2t/swap_attribute", "t2i/swap_attribute", "i2t/swap_object", "t2i/swap_object", "winoground/group")
+    plain = dict.fromkeys(keys, 0.60) | {"R@ i2t/R@1": 0.50, "R@ t2i/R@1": 0.50}
+    local = dict.fromkeys(keys, 0.72) | {"t2i/swap_attribute": 0.66, "R@ i2t/R@1": 0.47, "R@ t2i/R@1": 0.49}
+    evaluations = {"plain seed 0": _results(plain), "LACE-local seed 0": _results(local),
+                   "caption negatives seed 0": _results(plain | {"t2i/swap_attribute": 0.64}),
+                   "LACE-local + caption negatives seed 0": _results(plain | {"t2i/swap_attribute": 0.70}),
+                   "ceiling (rendered swaps) seed 0": _results(plain | {"t2i/swap_attribute": 0.67})}
+    met = {text: held for text, held, _ in binding_targets(evaluations)}
+    assert met["LACE-local beats plain by >= 10 points on i2t swap-att"] is True
+    assert met["LACE-local beats plain by >= 10 points on t2i swap-att"] is False  # +0.06
+    assert met["LACE-local >= caption negatives on text->image swap-attribute"] is True
+    assert met["LACE-local + caption negatives >= caption negatives + 5 points on text->image swap-attribute"] is True
+    assert met["LACE-local keeps image->text R@1 within 2 points of plain"] is False  # -0.03
+    assert met["LACE-local keeps text->image R@1 within 2 points of plain"] is True
+    assert met["LACE-local raises Winoground group"] is True
+    gap = next(evidence for text, _, evidence in binding_targets(evaluations) if "3/4" in text)
+    assert met[next(t for t in met if "3/4" in t)] is True and "0.86 of a +0.070 gap" in gap
+    missing = binding_targets({"plain seed 0": _results(plain)})
+    assert all(held is None for _, held, _ in missing)
+
+
+def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_path):
+    out, _ = demo
+    reuse_run(out, tmp_path / "arms")
+    arms = ("LACE-local", "ceiling (rendered swaps)")
+    summary = run_demo(replace(TINY, only_variants=arms, local_n_edits=2), tmp_path / "arms", log=lambda _: None)
+    assert summary["reused"]["base"] and summary["reused"]["world"]
+    assert set(summary["evaluations"]) == {"base"} | {f"{arm} seed 0" for arm in arms}
+    for arm in arms:
+        metrics = json.loads(
+            (tmp_path / "arms" / "stages" / f"finetune {arm} seed 0.json").read_text())["result"]["last_metrics"]
+        assert metrics["loss"] > 0
+    ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune ceiling (rendered swaps) seed 0.json").read_text())
+    assert ceiling["result"]["last_metrics"]["image_negatives_valid_rows"] > 0.5
+    assert "Targets of the edits inside the towers" in (tmp_path / "arms" / "report.md").read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 from lace.config import add_config_arguments, config_from_args
 from lace.demo import DemoConfig, run_demo
 from lace.demo.report import summary_markdown
-from lace.demo.sweep import read_grid, run_sweep, sweep_report
+from lace.demo.sweep import read_grid, reuse_run, run_sweep, sweep_report
 
 
 def add_parser(subparsers) -> None:
@@ -28,6 +28,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--sweep", default=None, metavar="GRID",
                         help="YAML of named LACE settings (DemoConfig overrides) to fine-tune from the same base and "
                              "compare on the validation split; writes sweep.md and sweep.html (e.g. configs/demo-sweep.yaml)")
+    parser.add_argument("--reuse", default=None, metavar="RUN",
+                        help="start from another demo run folder's world and base (reused when the settings that "
+                             "made them match; everything after them is recomputed)")
     add_config_arguments(parser, DemoConfig)
     parser.set_defaults(func=run)
 
@@ -41,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         given = {f.name for f in dataclasses.fields(DemoConfig) if getattr(args, f.name, None) is not None}
         config = dataclasses.replace(config, **{k: v for k, v in QUICK.items() if k not in given})
     start = time.perf_counter()
+    if args.reuse:
+        reuse_run(args.reuse, args.out)
     if args.sweep:
         result = run_sweep(config, args.out, read_grid(args.sweep))
         print()

@@ -8,7 +8,9 @@ from lace.edits.config import EditConfig
 from lace.experiment.variants import check_variants
 
 CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
-FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind")
+FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind", "concept-arithmetic negatives",
+                 "paired-caption directions", "LACE-local", "LACE-local + caption negatives",
+                 "ceiling (rendered swaps)")
 
 # CLIP ViT-B/32 on SugarCrepe (Hsieh et al., 2023, table 2): the failure the base should match.
 CLIP_SUGARCREPE = {
@@ -42,7 +44,9 @@ class DemoConfig:
     seeds: int = 1
     """Fine-tuning seeds per variant; tables report mean ± std when more than one."""
     full: bool = False
-    """Also run the ablations: LACE on captions only, on images only, and without the rebind edit."""
+    """Also run the ablations (LACE on captions only, on images only, without the rebind edit) and the binding
+    arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with caption negatives)
+    and the ceiling of rendered colour swaps."""
     threads: int = 0
     """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
     or for a dictionary fit that repeats bit for bit)."""
@@ -73,6 +77,10 @@ class DemoConfig:
     """Weight of the counterfactual part of the LACE loss."""
     edit: EditConfig = field(default_factory=EditConfig)
     """The editor of LACE fine-tuning (METHOD.md's three kinds plus rebind) and of edit retrieval."""
+    local_layer: str = "layer1"
+    """Image-tower layer of LACE-local's edits (chosen on the validation split)."""
+    local_n_edits: int = 2
+    """LACE-local's image negatives per image: a binding swap, then transplants."""
     refresh_dictionary_every: int = 0
     """Refit the dictionary on recent embeddings every this many fine-tuning steps (0: never)."""
     only_variants: tuple[str, ...] = ()

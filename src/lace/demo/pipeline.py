@@ -21,11 +21,17 @@ from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, DemoConfig
 from lace.demo.dictionary_stage import atom_bar_figure, edit_retrieval_stage, fit_dictionary
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
-from lace.demo.world_data import world_pairs
+from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import EditConfig, build_editor
 from lace.encoders import load_encoder
 from lace.experiment.stages import StageRunner, stage_key
-from lace.experiment.variants import VARIANTS, uses_counterfactuals, variant_config
+from lace.experiment.variants import (
+    VARIANTS,
+    uses_counterfactuals,
+    uses_local,
+    uses_rendered,
+    variant_config,
+)
 from lace.io import atomic_write_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
@@ -85,15 +91,20 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
+    local_key = stage_key(config.local_layer, config.local_n_edits)
     for variant in config.variants:
         switches = VARIANTS[variant]
         uses_edits = uses_counterfactuals(variant)
+        own_keys = [lace_key if uses_edits else None] + ([local_key] if uses_local(variant) else [])
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
-            key = stage_key(finetune_key, switches, seed, lace_key if uses_edits else None)
+            key = stage_key(finetune_key, switches, seed, *own_keys)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
+            rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) \
+                if uses_rendered(variant) else None
             runner.run(f"finetune {name}", key, partial(
-                _finetune, config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary))
+                _finetune, config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary,
+                rendered))
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
                 evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))
@@ -150,14 +161,16 @@ def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path
 
 
 def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, out: Path, base_path: Path,
-              model_path: Path, labelled, vocabulary: str) -> dict:
+              model_path: Path, labelled, vocabulary: str, rendered=None) -> dict:
+    """One fine-tune; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
     train_config = variant_config(_train_config(
         config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
         lr=config.finetune_lr, seed=seed, vocabulary=vocabulary, n_edits=config.n_edits,
         counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
-        edit=config.edit,
+        edit=config.edit, local_layer=config.local_layer, local_n_edits=config.local_n_edits,
     ), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
-    result = train(train_config, editor=editor, dataset=pairs, progress=config.progress)
+    result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
+                   rendered=rendered() if rendered is not None else None)
     export_run(result.run_dir, model_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}

@@ -88,13 +88,19 @@ def results_table(evaluations: dict, split: str, columns, caption: str) -> Table
     return Table(["model"] + [c[0] for c in columns], rows, caption=caption)
 
 
-def claims(evaluations: dict, split: str = "test") -> list[tuple[str, bool | None, str]]:
-    """The method's expected effects, each checked against the numbers: (claim, held, evidence)."""
+def _means(evaluations: dict, split: str):
+    """get(variant, column name) -> the mean over seeds, or None when the variant was not run."""
     table = aggregate(evaluations, split, BINDING_COLUMNS + GEOMETRY_COLUMNS)
     names = [c[0] for c in BINDING_COLUMNS + GEOMETRY_COLUMNS]
 
     def get(variant: str, column: str) -> float | None:
-        return table.get(variant, [(None, None)] * len(names))[names.index(column)][0] if variant in table else None
+        return table[variant][names.index(column)][0] if variant in table else None
+
+    return get
+
+
+def _comparison(get):
+    """check(text, left, right, column, op, threshold) -> (text, held, evidence) on the difference left - right."""
 
     def check(text: str, left: str, right: str, column: str, op, threshold: float = 0.0):
         a, b = get(left, column), get(right, column)
@@ -102,7 +108,44 @@ def claims(evaluations: dict, split: str = "test") -> list[tuple[str, bool | Non
             return (text, None, f"{left} or {right} not run")
         return (text, bool(op(a - b, threshold)), f"{left} {a:.3f} vs {right} {b:.3f} ({a - b:+.3f})")
 
-    ge, le = (lambda d, t: d >= t), (lambda d, t: d <= t)
+    return check
+
+
+GE, LE = (lambda d, t: d >= t), (lambda d, t: d <= t)
+
+
+def binding_targets(evaluations: dict, split: str = "test") -> list[tuple[str, bool | None, str]]:
+    """The targets of the edits inside the towers, each checked: (target, met, evidence)."""
+    get = _means(evaluations, split)
+    check = _comparison(get)
+    local, plain, rules, ceiling = "LACE-local", "plain", "caption negatives", "ceiling (rendered swaps)"
+    targets = [check(f"LACE-local beats plain by >= 10 points on {column}", local, plain, column, GE, 0.10)
+               for column in ("i2t swap-att", "t2i swap-att", "i2t swap-obj", "t2i swap-obj")]
+    targets += [
+        check("LACE-local >= caption negatives on text->image swap-attribute", local, rules, "t2i swap-att", GE),
+        check("LACE-local + caption negatives >= caption negatives + 5 points on text->image swap-attribute",
+              "LACE-local + caption negatives", rules, "t2i swap-att", GE, 0.05),
+        check("LACE-local keeps image->text R@1 within 2 points of plain", local, plain, "R@1 i2t", GE, -0.02),
+        check("LACE-local keeps text->image R@1 within 2 points of plain", local, plain, "R@1 t2i", GE, -0.02),
+        check("LACE-local raises Winoground group", local, plain, "wino group", GE, 1e-9),
+    ]
+    text = "LACE-local closes >= 3/4 of the gap between plain and the ceiling on text->image swap-attribute"
+    values = [get(v, "t2i swap-att") for v in (local, plain, ceiling)]
+    if None in values:
+        targets.append((text, None, f"{local}, {plain} or {ceiling} not run"))
+    else:
+        gap, closed = values[2] - values[1], values[0] - values[1]
+        share = closed / gap if gap > 0 else float("nan")
+        evidence = (f"plain {values[1]:.3f}, LACE-local {values[0]:.3f}, ceiling {values[2]:.3f}: "
+                    f"{share:.2f} of a {gap:+.3f} gap")
+        targets.append((text, bool(gap > 0 and share >= 0.75), evidence))
+    return targets
+
+
+def claims(evaluations: dict, split: str = "test") -> list[tuple[str, bool | None, str]]:
+    """The method's expected effects, each checked against the numbers: (claim, held, evidence)."""
+    check = _comparison(_means(evaluations, split))
+    ge, le = GE, LE
     return [
         check("LACE beats plain by >= 15 points on image->text swap-attribute", "LACE", "plain", "i2t swap-att", ge, 0.15),
         check("LACE beats plain by >= 15 points on text->image swap-attribute", "LACE", "plain", "t2i swap-att", ge, 0.15),
@@ -143,6 +186,10 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     report.heading("What improved and what did not")
     report.bullets([f"{'held' if held else 'did not hold' if held is not None else 'not measured'}: {text} — {evidence}"
                     for text, held, evidence in claims(evaluations)])
+    if any(variant_of(model).startswith("LACE-local") for model in evaluations):
+        report.paragraph("Targets of the edits inside the towers (LACE-local), mean over seeds:")
+        report.bullets([f"{'met' if met else 'missed' if met is not None else 'not measured'}: {text} — {evidence}"
+                        for text, met, evidence in binding_targets(evaluations)])
 
     report.heading("Calibration of the base (validation split)")
     report.paragraph(

@@ -56,8 +56,8 @@ def _tuples(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-def _seed_folder(main: Path, folder: Path) -> None:
-    """Give `folder` the main run's world, base, dictionary and figures, so their stages are reused."""
+def _seed_folder(main: Path, folder: Path, stages: tuple[str, ...] = SHARED_STAGES) -> None:
+    """Give `folder` the main run's world, base, dictionary and figures, so their `stages` are reused."""
     folder.mkdir(parents=True, exist_ok=True)
     world = folder / "world"
     if not world.exists():
@@ -70,7 +70,7 @@ def _seed_folder(main: Path, folder: Path) -> None:
         # copies, not links: a setting with another dictionary size rewrites its own dictionary folder
         (shutil.copytree if source.is_dir() else shutil.copy2)(source, target)
     (folder / "stages").mkdir(exist_ok=True)
-    for stage in SHARED_STAGES:
+    for stage in stages:
         source = main / "stages" / f"{stage}.json"
         if source.is_file() and not (folder / "stages" / f"{stage}.json").exists():
             shutil.copy2(source, folder / "stages" / f"{stage}.json")
@@ -128,6 +128,14 @@ def _own_stage(main: Path, folder: Path, stage: str) -> bool:
     if not own.is_file():
         return False  # the report: not a stage
     return not shared.is_file() or read_json(own)["key"] != read_json(shared)["key"]
+
+
+def reuse_run(main: str | Path, folder: str | Path) -> None:
+    """Seed demo run `folder` with `main`'s world and base (`lace demo --reuse`); the rest is recomputed."""
+    main = Path(main)
+    if not (main / "stages" / "base.json").is_file():
+        raise LaceInputError(f"{main}: not a demo run folder (no stages/base.json)")
+    _seed_folder(main, Path(folder), ("world", "base"))
 
 
 def setting_folder(out: str | Path, name: str) -> Path:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from lace.data import read_dataset
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.train.data import TensorPairs
+from lace.train.rendered import RenderedNegatives, rendered_negatives
 
 
 def world_split(world_dir, split: str, style: str) -> ImageTextDataset:
@@ -20,3 +23,12 @@ def world_pairs(world_dir, split: str, style: str, encoder: DualEncoder) -> Tens
     dataset = world_split(world_dir, split, style)
     pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
     return TensorPairs(pixels, [record.captions for record in dataset.records])
+
+
+def rendered_train_negatives(world_dir, encoder: DualEncoder, cache: dict) -> RenderedNegatives:
+    """The colour-swapped rendering of every training scene, in the train pairs' order; made once per `cache`."""
+    if "rendered swaps" not in cache:
+        dataset = world_split(world_dir, "train", "coco")
+        scene_ids = [Path(record.image_path).stem for record in dataset.records]
+        cache["rendered swaps"] = rendered_negatives(world_dir, scene_ids, encoder.preprocess)
+    return cache["rendered swaps"]

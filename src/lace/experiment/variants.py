@@ -24,6 +24,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LACE images only": {"counterfactual_images": True},
     "LACE without rebind": {"counterfactual_captions": True, "counterfactual_images": True,
                             "edit": {"kinds": METHOD_EDITS}},
+    # does the dictionary earn its place: the same edits moved along plain concept directions
+    "concept-arithmetic negatives": {"counterfactual_captions": True, "counterfactual_images": True,
+                                     "counterfactual_source": "concept_arithmetic"},
+    # AHNPL-style: each rule-made caption's change moved onto the image, as a text->image negative
+    "paired-caption directions": {"paired_caption_directions": True},
+    # edits inside the image tower (lace.local): binding swaps and transplants at local_layer
+    "LACE-local": {"local_image_negatives": True},
+    "LACE-local + caption negatives": {"local_image_negatives": True, "caption_negatives": True},
+    "LACE-local + caption swaps": {"local_image_negatives": True, "local_caption_swaps": True},
+    # shapes world only: the renderer's real colour-swapped image of each training scene
+    "ceiling (rendered swaps)": {"rendered_negatives": True},
 }
 
 
@@ -44,6 +55,16 @@ def variant_config(base: Any, name: str) -> Any:
     if name not in VARIANTS:
         raise input_error("variants", "name", f"one of {list(VARIANTS)}", name)
     return with_changes(base, VARIANTS[name])
+
+
+def uses_rendered(name: str) -> bool:
+    """Whether variant `name` needs the world's rendered counterfactuals."""
+    return bool(VARIANTS[name].get("rendered_negatives"))
+
+
+def uses_local(name: str) -> bool:
+    """Whether variant `name` makes negatives inside the towers (`lace.local`)."""
+    return bool(VARIANTS[name].get("local_image_negatives") or VARIANTS[name].get("local_caption_swaps"))
 
 
 def uses_counterfactuals(name: str) -> bool:

@@ -10,6 +10,7 @@ from lace.errors import input_error
 
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
+LOCAL_OPERATORS = ("recolour", "mean_shift")
 # rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
 DEFAULT_EDIT_KINDS = ("attenuate", "swap", "transplant")
 MISSING_IMAGE_POLICIES = ("skip", "error")
@@ -69,6 +70,31 @@ class TrainConfig:
     """LACE: M edits of each image embedding are extra negatives of its caption's text->image row."""
     caption_negatives: bool = False
     """Text-only baseline: rule-made captions (NegCLIP style), encoded as text, are image->text negatives."""
+    paired_caption_directions: bool = False
+    """AHNPL-style baseline: each rule-made caption t' of caption t gives the image-side negative
+    normalise(u + v(t') - v(t)) of the text->image row (rule_negative_kinds, rule_negatives_per_caption)."""
+    local_image_negatives: bool = False
+    """LACE-local: binding swaps and transplants made inside the image tower at local_layer (lace.local)
+    are text->image negatives; the editor is fitted on the training images before the first step."""
+    local_caption_swaps: bool = False
+    """LACE-local, caption side: two concept words' token states swapped at local_text_layer are
+    image->text negatives."""
+    rendered_negatives: bool = False
+    """Ceiling (shapes world only): each training scene re-rendered with two objects' colours swapped,
+    encoded by the image tower, is a text->image negative."""
+    local_layer: str = "layer1"
+    """Image-tower layer the local edits are made at (ResNet stem, layer1..layer4; ViT block<k>)."""
+    local_locate_layer: str = "layer1"
+    """Image-tower layer whose features find the objects to edit."""
+    local_text_layer: str = "block1"
+    """Text-tower layer of the caption-side swaps (block<k>: token states entering block k)."""
+    local_n_edits: int = 2
+    """Local image negatives per image: a binding swap, then transplants."""
+    local_operator: str = "recolour"
+    """How local edits move positions: recolour (regression learnt from recoloured training images; needs
+    colour names the shapes world's palette knows) or mean_shift (mean feature difference of two concepts)."""
+    local_fit_images: int = 2000
+    """Training images the local editor's reader and operator are fitted on."""
     counterfactual_source: str = "dictionary"
     """How counterfactuals are made: dictionary (sparse-code edits) or concept_arithmetic (ablation)."""
     edit: EditConfig = field(default_factory=lambda: EditConfig(kinds=DEFAULT_EDIT_KINDS))
@@ -109,7 +135,8 @@ class TrainConfig:
         where = "train config"
         positive = {"steps": self.steps, "batch_size": self.batch_size, "grad_accumulation": self.grad_accumulation,
                     "log_every": self.log_every, "n_edits": self.n_edits,
-                    "rule_negatives_per_caption": self.rule_negatives_per_caption}
+                    "rule_negatives_per_caption": self.rule_negatives_per_caption,
+                    "local_n_edits": self.local_n_edits, "local_fit_images": self.local_fit_images}
         for name, value in positive.items():
             if value < 1:
                 raise input_error(where, name, "a positive integer", value)
@@ -119,6 +146,7 @@ class TrainConfig:
             ("precision", self.precision, PRECISIONS),
             ("counterfactual_source", self.counterfactual_source, COUNTERFACTUAL_SOURCES),
             ("on_missing_image", self.on_missing_image, MISSING_IMAGE_POLICIES),
+            ("local_operator", self.local_operator, LOCAL_OPERATORS),
         ):
             if value not in allowed:
                 raise input_error(where, name, f"one of {allowed}", value)
@@ -132,10 +160,16 @@ class TrainConfig:
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
         if self.lr <= 0 or self.counterfactual_weight < 0:
             raise input_error(where, "lr / counterfactual_weight", "lr > 0 and counterfactual_weight >= 0")
-        if self.caption_negatives and self.vocabulary is None:
-            raise input_error(where, "vocabulary", "a vocabulary file when caption_negatives is on")
+        for name in ("caption_negatives", "paired_caption_directions", "local_image_negatives", "local_caption_swaps"):
+            if getattr(self, name) and self.vocabulary is None:
+                raise input_error(where, "vocabulary", f"a vocabulary file when {name} is on")
         return self
 
     @property
     def uses_counterfactuals(self) -> bool:
         return self.counterfactual_captions or self.counterfactual_images
+
+    @property
+    def uses_rule_captions(self) -> bool:
+        """Whether rule-made captions are encoded each step (as negatives or as paired directions)."""
+        return self.caption_negatives or self.paired_caption_directions

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from lace.concepts.vocabulary import load_vocabulary
 from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
@@ -45,13 +46,22 @@ from lace.train.data import (
 )
 from lace.train.distributed import barrier, gather_rows, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
+from lace.train.local_arm import (
+    fit_training_editor,
+    group_token_ids,
+    local_caption_negatives,
+    local_image_negatives,
+    row_seeds,
+)
 from lace.train.negatives import (
     Negatives,
     check_editor_dimension,
     counterfactual_negatives,
+    paired_caption_directions,
     rule_made_captions,
 )
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
+from lace.train.rendered import RenderedNegatives, rendered_negatives, world_of
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +96,8 @@ def train(
     dataset: ImageTextDataset | TensorPairs | None = None,
     progress: bool = True,
     on_batch: Callable[[int, list[int]], None] | None = None,
+    local_editor=None,
+    rendered: RenderedNegatives | None = None,
 ) -> TrainResult:
     """Train `config.model` on `dataset` (default: read `config.data`) as `config` says.
 
@@ -95,13 +107,17 @@ def train(
         dataset: an `ImageTextDataset`, in-memory `TensorPairs`, or None to read `config.data`.
         on_batch: called as `on_batch(micro_batch_number, dataset_indices)` for every
             micro-batch this process trains on (to record the data order).
+        local_editor: the fitted local image editor of `local_image_negatives` (default: fitted on the
+            training images before the first step).
+        rendered: the ceiling arm's `RenderedNegatives`, one per training image (default: rendered from
+            the shapes world that `config.data` lies in).
     Runs distributed when started by torchrun (environment variables set).
     """
     config.validate()
     already_initialised = dist.is_available() and dist.is_initialized()
     context = init_distributed(resolve_device(config.device))
     try:
-        return Trainer(config, context, editor, dataset, progress, on_batch).run()
+        return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered).run()
     finally:
         if not already_initialised:
             shutdown_distributed()
@@ -111,7 +127,8 @@ class Trainer:
     """State of one run; `run()` trains it to `total_steps`."""
 
     def __init__(self, config: TrainConfig, context: DistributedContext, editor, dataset, progress: bool,
-                 on_batch: Callable[[int, list[int]], None] | None):
+                 on_batch: Callable[[int, list[int]], None] | None, local_editor=None,
+                 rendered: RenderedNegatives | None = None):
         self.config, self.context, self.progress, self.on_batch = config, context, progress, on_batch
         self.device = context.device
         if config.batch_size % context.world_size:
@@ -132,10 +149,17 @@ class Trainer:
             self.editor = editor if editor is not None else run_editor(config, self.encoder)
             check_editor_dimension(self.editor, self.encoder.embed_dim, config.dictionary or "editor")
         self.rules = None
-        if config.caption_negatives:
-            from lace.concepts.vocabulary import load_vocabulary
-
+        if config.uses_rule_captions:
             self.rules = RuleNegatives(load_vocabulary(config.vocabulary), config.rule_negative_kinds)
+        self.local_editor = local_editor
+        if config.local_image_negatives and local_editor is None:
+            self.local_editor = self._fit_local_editor()
+        self.concept_token_ids = None
+        if config.local_caption_swaps:
+            self.concept_token_ids = group_token_ids(self.encoder.tokenize, load_vocabulary(config.vocabulary))
+        self.rendered = rendered
+        if config.rendered_negatives and rendered is None:
+            self.rendered = self._render_negatives()
         self.bf16 = config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda")
         self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay,
                                          (config.beta1, config.beta2), config.eps)
@@ -185,6 +209,30 @@ class Trainer:
                            skip_unreadable=config.on_missing_image == "skip", cache_images=config.cache_images)
         return pairs, missing
 
+    def _fit_images(self, count: int) -> tuple[torch.Tensor, list[list[str]]]:
+        """The first `count` training images (N, 3, H, W) in the model's input format, with their captions."""
+        if isinstance(self.pairs, TensorPairs):
+            count = min(count, len(self.pairs))
+            return self.pairs.pixels[:count], [list(c) for c in self.pairs.captions[:count]]
+        dataset = self.pairs.dataset
+        count = min(count, len(dataset))
+        pixels = torch.stack([self.encoder.preprocess(dataset.load_image(i)) for i in range(count)])
+        return pixels, [list(dataset.records[i].captions) for i in range(count)]
+
+    def _fit_local_editor(self):
+        pixels, captions = self._fit_images(self.config.local_fit_images)
+        normalise = self.encoder.preprocess.transforms[-1]
+        with torch.random.fork_rng(devices=[]):  # fitting leaves the run's random stream as it was
+            return fit_training_editor(self.config, self.encoder.model, pixels.to(self.device), captions, normalise,
+                                       load_vocabulary(self.config.vocabulary))
+
+    def _render_negatives(self) -> RenderedNegatives:
+        if isinstance(self.pairs, TensorPairs):
+            raise LaceInputError("train(): rendered_negatives with in-memory pairs needs `rendered` passed in")
+        records = self.pairs.dataset.records
+        return rendered_negatives(world_of(self.config.data), [Path(r.image_path).stem for r in records],
+                                  self.encoder.preprocess)
+
     def _resume(self) -> None:
         config = self.config
         saved_path = self.run_dir / CONFIG_FILE
@@ -229,8 +277,8 @@ class Trainer:
         n = len(batch.captions)
         texts = batch.captions
         rule_valid = None
+        epoch = number // self.order.batches_per_epoch
         if self.rules is not None:
-            epoch = number // self.order.batches_per_epoch
             keys = [(config.seed, epoch, index) for index in batch.indices]
             rule_texts, rule_valid = rule_made_captions(self.rules, batch.captions, keys,
                                                         config.rule_negatives_per_caption)
@@ -250,8 +298,13 @@ class Trainer:
                 self.editor, U, V, config.n_edits, config.counterfactual_captions, config.counterfactual_images,
                 config.counterfactual_source, generator)
         if rule_valid is not None:
-            negatives.add_captions(all_texts[n:].view(n, config.rule_negatives_per_caption, -1),  # (B, R, d)
-                                   rule_valid.to(self.device))
+            rule_texts = all_texts[n:].view(n, config.rule_negatives_per_caption, -1)  # (B, R, d)
+            if config.caption_negatives:
+                negatives.add_captions(rule_texts, rule_valid.to(self.device))
+            if config.paired_caption_directions:
+                negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid.to(self.device))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            self._local_and_rendered(negatives, batch, tokens, epoch)
         gallery_images, offset = gather_with_grad(U, self.context)
         gallery_texts, _ = gather_with_grad(V, self.context)
         loss = lace_loss(U, V, scale, negatives.caption_negatives, negatives.caption_valid,
@@ -270,6 +323,23 @@ class Trainer:
                  "caption_valid": _valid_rows(negatives.caption_valid),
                  "image_valid": _valid_rows(negatives.image_valid)}
         return loss, stats
+
+    def _local_and_rendered(self, negatives: Negatives, batch, tokens: torch.Tensor, epoch: int) -> None:
+        """Add LACE-local's and the ceiling arm's negatives of this micro-batch to `negatives`."""
+        config, clip = self.config, self.encoder.model
+        pixels = batch.pixels.to(self.device)
+        if self.local_editor is not None:
+            seeds = row_seeds(config.seed, [(epoch, index) for index in batch.indices])
+            embeddings, valid = local_image_negatives(self.local_editor, clip, pixels, config.local_n_edits, seeds)
+            negatives.add_images(embeddings.float(), valid)
+        if self.concept_token_ids is not None:
+            embeddings, valid = local_caption_negatives(clip, tokens.to(self.device), self.concept_token_ids,
+                                                        config.local_text_layer)
+            negatives.add_captions(embeddings.float(), valid.to(self.device))
+        if self.rendered is not None:
+            rendered, valid = self.rendered.batch(batch.indices)
+            embeddings = self.encoder.encode_images(rendered.to(self.device)).float()  # (B, d)
+            negatives.add_images(embeddings[:, None], valid.to(self.device))
 
     # ---- the loop -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from lace.edits.captions import RuleNegatives
@@ -32,6 +33,13 @@ class Negatives:
         else:
             self.caption_negatives = torch.cat([self.caption_negatives, negatives], dim=1)
             self.caption_valid = torch.cat([self.caption_valid, valid], dim=1)
+
+    def add_images(self, negatives: Tensor, valid: Tensor) -> None:
+        if self.image_negatives is None:
+            self.image_negatives, self.image_valid = negatives, valid
+        else:
+            self.image_negatives = torch.cat([self.image_negatives, negatives], dim=1)
+            self.image_valid = torch.cat([self.image_valid, valid], dim=1)
 
 
 def dictionary_dim(editor) -> int | None:
@@ -73,6 +81,15 @@ def counterfactual_negatives(
             edited = make(U.float(), "image", n_edits, generator=generator)
             negatives.image_negatives, negatives.image_valid = edited.embeddings, edited.valid
     return negatives
+
+
+def paired_caption_directions(U: Tensor, V: Tensor, rule_texts: Tensor) -> Tensor:
+    """AHNPL-style image-side negatives: normalise(u_i + v(t'_ir) - v(t_i)), (B, R, d).
+
+    U, V: (B, d) unit embeddings of images and their captions; rule_texts (B, R, d) unit embeddings of
+    each caption's rule-made negatives. The caption's change, moved onto its image; gradient through all three.
+    """
+    return F.normalize(U[:, None] + rule_texts - V[:, None], dim=-1)
 
 
 def rule_made_captions(

@@ -1,0 +1,59 @@
+"""The world's real counterfactual of a scene: the same scene re-rendered with two objects' colours swapped.
+
+Only the shapes world can draw these; the training ceiling arm uses them as text->image negatives.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PIL import Image
+
+from lace.data.world.benchmarks import apply_edit
+from lace.data.world.config import WorldConfig
+from lace.data.world.render import render_scene
+from lace.errors import input_error
+
+
+def colour_swapped(scene: dict, config: WorldConfig) -> dict | None:
+    """`scene` with the colours of its first two differently coloured objects exchanged; None if it has no such pair."""
+    objects = scene["objects"]
+    for i in range(len(objects)):
+        for j in range(i + 1, len(objects)):
+            if objects[i]["colour"] != objects[j]["colour"]:
+                return apply_edit(scene, "swap_attribute", {"objects": [i, j], "field": "colour"}, config)
+    return None
+
+
+def read_world_config(world: str | Path) -> WorldConfig:
+    """The `WorldConfig` a world folder was written with (its world.json)."""
+    path = Path(world) / "world.json"
+    if not path.is_file():
+        raise input_error(path, None, "the world.json of a shapes world folder", "no such file")
+    data = json.loads(path.read_text())["config"]
+    return WorldConfig(**{key: tuple(value) if isinstance(value, list) else value for key, value in data.items()})
+
+
+def read_scenes(world: str | Path, split: str) -> dict[str, dict]:
+    """Scene graphs of one split by scene id (the image file's stem)."""
+    path = Path(world) / f"scenes_{split}.jsonl"
+    if not path.is_file():
+        raise input_error(path, None, f"the scene graphs of split {split!r}", "no such file")
+    return {scene["id"]: scene for scene in map(json.loads, path.read_text().splitlines())}
+
+
+def render_colour_swaps(world: str | Path, scene_ids: list[str]) -> list[Image.Image | None]:
+    """One colour-swapped rendering per scene id (None where the scene has no two colours to swap)."""
+    config = read_world_config(world)
+    scenes: dict[str, dict] = {}
+    for split in sorted({scene_id.rsplit("_", 1)[0] for scene_id in scene_ids}):
+        scenes.update(read_scenes(world, split))
+    missing = [scene_id for scene_id in scene_ids if scene_id not in scenes]
+    if missing:
+        raise input_error(world, "scenes", "a scene graph for every training image", missing[:3])
+    rendered = []
+    for scene_id in scene_ids:
+        swapped = colour_swapped(scenes[scene_id], config)
+        rendered.append(render_scene(swapped, config) if swapped is not None else None)
+    return rendered

@@ -1,0 +1,334 @@
+"""Fidelity of local edits against the truth only the shapes world has: its rendered counterfactuals.
+
+For each benchmark item of a split (validation by default; never the test split) the world holds
+the image, the rendered negative image (the same scene with the edit made in pixels) and both
+captions. An image-side edit of the image's features at L is compared with the rendered negative:
+- direction agreement `cos(u_edit - u, u_rendered - u)`;
+- `cos(u_edit, u_rendered)` against `cos(u, u_rendered)`;
+- whether the edited image now prefers the edited caption (`u_edit . v_neg > u_edit . v_pos`);
+each beside the same-size random step at the same positions. Binding swaps are measured on the
+`swap_attribute` items, transplants on `replace_attribute` items (the renderer's one-object recolour).
+Objects are found from the features (the reader); the renderer's masks only measure that (IoU).
+Caption-side swaps are measured against the encoded negative caption.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torchvision.transforms import Normalize
+
+from lace.concepts.vocabulary import load_vocabulary
+from lace.data.readers import read_dataset
+from lace.data.world.config import PALETTE, WorldConfig
+from lace.data.world.render import object_coverage
+from lace.errors import input_error
+from lace.local.codes import LocalConceptCodes
+from lace.local.editor import fit_local_editor
+from lace.local.edits import binding_swap, random_control, transplant
+from lace.local.objects import FoundObjects, mask_iou
+from lace.local.recolour import RecolourRegression
+from lace.local.text import caption_swap_negatives, single_token_ids
+from lace.local.towers import ImageTowerSplit, region_features
+from lace.local.transport import GaussianTransport
+
+METHODS = {
+    "mean_shift": {"n_buckets": 1, "window": 1, "covariance": False},
+    "bucket_mean_shift": {"n_buckets": 5, "window": 1, "covariance": False},
+    "cell_transport": {"n_buckets": 5, "window": 1},
+    "window_transport": {"n_buckets": 5, "window": 3},
+    "recolour_regression": {"window": 3},
+}
+"""Edit operators compared: the naive mean difference of the two concepts' features, the same per
+coverage bucket, Gaussian optimal transport per bucket on a position or its 3x3 neighbourhood, and
+the recolouring regression learnt from grey-preserving colour maps of training images."""
+
+
+@dataclass
+class FidelityConfig:
+    """What to measure."""
+
+    world: str
+    """Folder of a shapes world (written by `lace world` or `lace demo`)."""
+    layers: tuple[str, ...] = ("stem", "layer1", "layer2")
+    """Image-tower layers L to edit at."""
+    methods: tuple[str, ...] = tuple(METHODS)
+    """Edit operators (keys of METHODS)."""
+    text_layers: tuple[str, ...] = ("block0", "block1", "block2")
+    """Text-tower layers for caption-side swaps."""
+    split: str = "val"
+    """Benchmark split measured: val (or train-derived); never test."""
+    n_items: int = 400
+    """Items per family measured."""
+    n_train: int = 3000
+    """Training images the reader, codes and transport are fitted on."""
+    group: str = "colour"
+    """Attribute group the edits exchange."""
+    locate_layer: str | None = None
+    """Layer whose features the reader reads to find objects (None: each edit layer itself)."""
+    renderer_masks: bool = False
+    """Also measure, as a diagnostic only, each method placed by the renderer's masks and true colours
+    (fitted and applied so): the fidelity the operator reaches when localisation is perfect."""
+    seed: int = 0
+    batch_size: int = 200
+    extra: dict = field(default_factory=dict)
+
+
+def _world_config(world: Path) -> WorldConfig:
+    data = json.loads((world / "world.json").read_text())["config"]
+    return WorldConfig(**{key: tuple(value) if isinstance(value, list) else value for key, value in data.items()})
+
+
+def _images(encoder, world: Path, names: list[str]) -> torch.Tensor:
+    return torch.stack([encoder.preprocess(Image.open(world / name).convert("RGB")) for name in names])
+
+
+def _mean(values: torch.Tensor) -> float | None:
+    return float(values.float().mean()) if len(values) else None
+
+
+def _scores(u, u_edit, u_rendered, v_pos, v_neg) -> dict:
+    """Per-row figures (N,) -> their means over the rows."""
+    return {
+        "direction_agreement": _mean(F.cosine_similarity(u_edit - u, u_rendered - u, dim=-1)),
+        "cos_edit_rendered": _mean((u_edit * u_rendered).sum(-1)),
+        "prefers_edited_caption": _mean(((u_edit * v_neg).sum(-1) > (u_edit * v_pos).sum(-1)).float()),
+    }
+
+
+def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
+    """Every figure of the fidelity tables, as a JSON-ready dict."""
+    if config.split.startswith("test"):
+        raise input_error("FidelityConfig", "split", "a training or validation split (never test)", config.split)
+    unknown = [m for m in config.methods if m not in METHODS]
+    if unknown:
+        raise input_error("FidelityConfig", "methods", f"names from {list(METHODS)}", unknown)
+    torch.manual_seed(config.seed)
+    world = Path(config.world)
+    world_config = _world_config(world)
+    vocabulary = load_vocabulary(world / "vocabulary.yaml")
+    clip = encoder.model.eval()
+    train = read_dataset(world / "karpathy_coco.json", split="train")
+    n_train = min(config.n_train, len(train))
+    train_pixels = torch.stack([encoder.preprocess(train.load_image(i)) for i in range(n_train)])
+    normalise = encoder.preprocess.transforms[-1]
+    if not isinstance(normalise, Normalize):
+        raise input_error(encoder.name, "preprocess", "a transform that ends with Normalize", type(normalise).__name__)
+    raw_pixels = train_pixels * torch.tensor(normalise.std).view(1, 3, 1, 1) + torch.tensor(normalise.mean).view(1, 3, 1, 1)
+    prototypes = torch.tensor([PALETTE[name] for name in vocabulary.groups()[config.group]]).float() / 255.0
+    train_captions = [train.records[i].captions for i in range(n_train)]
+    train_scenes = None
+    if config.renderer_masks:
+        by_id = {s["id"]: s for s in map(json.loads, (world / "scenes_train.jsonl").read_text().splitlines())}
+        train_scenes = [by_id[Path(train.records[i].image_path).stem] for i in range(n_train)]
+    items = json.loads((world / "benchmarks" / f"{config.split}.json").read_text())
+    scenes = {s["id"]: s for s in map(json.loads, (world / f"scenes_{config.split}.jsonl").read_text().splitlines())}
+    families = {family: [item for item in items if item["family"] == family][: config.n_items]
+                for family in ("swap_attribute", "replace_attribute")}
+    names = vocabulary.groups()[config.group]
+    results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers)},
+               "n_train": n_train, "image": {}, "text": {}}
+    with torch.no_grad():
+        data = {}
+        for family, chosen in families.items():
+            data[family] = {
+                "x": _images(encoder, world, [item["filename"] for item in chosen]),
+                "x_rendered": _images(encoder, world, [item["negative_filename"] for item in chosen]),
+                "v_pos": encoder.encode_texts([item["caption"] for item in chosen]),
+                "v_neg": encoder.encode_texts([item["negative_caption"] for item in chosen]),
+            }
+            data[family]["u"] = encoder.encode_images(data[family]["x"])
+            data[family]["u_rendered"] = encoder.encode_images(data[family]["x_rendered"])
+        for layer in config.layers:
+            results["image"][layer] = _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary,
+                                                     names, families, data, scenes, world_config, log, train_scenes,
+                                                     (raw_pixels, normalise, prototypes))
+        concept_ids = single_token_ids(encoder.tokenize, names)
+        chosen = families["swap_attribute"]
+        tokens = encoder.tokenize([item["caption"] for item in chosen])
+        v_pos, v_neg = data["swap_attribute"]["v_pos"], data["swap_attribute"]["v_neg"]
+        for layer in config.text_layers:
+            edited, valid = caption_swap_negatives(clip, tokens, concept_ids, layer)
+            edited, valid = edited[:, 0], valid[:, 0]
+            results["text"][layer] = {
+                "valid_share": _mean(valid),
+                "direction_agreement": _mean(F.cosine_similarity(edited - v_pos, v_neg - v_pos, dim=-1)[valid]),
+                "cos_edit_rendered": _mean((edited * v_neg).sum(-1)[valid]),
+                "cos_original_rendered": _mean((v_pos * v_neg).sum(-1)[valid]),
+            }
+            log(f"[text {layer}] {results['text'][layer]}")
+    return results
+
+
+def _renderer_objects(scene_list, grid, world_config, names) -> FoundObjects:
+    """Diagnostic only: the renderer's coverage and true colours of each scene's objects on `grid`."""
+    coverage = torch.tensor(np.stack([[object_coverage(obj, world_config) for obj in scene["objects"]]
+                                      for scene in scene_list])).float()  # (N, n, H_px, W_px)
+    coverage = F.adaptive_avg_pool2d(coverage, grid).flatten(2)
+    concept = torch.tensor([[names.index(obj["colour"]) for obj in scene["objects"]] for scene in scene_list])
+    return FoundObjects(concept, coverage, torch.ones_like(concept, dtype=torch.bool))
+
+
+def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary, names, families, data, scenes,
+                   world_config, log, train_scenes, recolour_inputs) -> dict:
+    split = ImageTowerSplit(clip, layer)
+    out = {"methods": {}}
+    editor = None
+    variants = [(method, False) for method in config.methods]
+    if config.renderer_masks:
+        variants += [(method, True) for method in config.methods]
+    recolour = None
+    for method, masks in variants:
+        if method == "recolour_regression":
+            if editor is None:
+                editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
+                                          seed=config.seed, locate_layer=config.locate_layer)
+            if recolour is None:
+                raw_pixels, normalise, prototypes = recolour_inputs
+                recolour = RecolourRegression(**METHODS[method]).fit(
+                    clip, layer, raw_pixels, normalise, editor.reader, prototypes, editor.locate_layer)
+            transport = recolour
+        elif not masks:
+            editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
+                                      transport=GaussianTransport(**METHODS[method]),
+                                      reader=editor.reader if editor is not None else None, seed=config.seed,
+                                      locate_layer=config.locate_layer, fit_reader=editor is None)
+            transport = editor.transport
+        else:
+            train_features, grid = region_features(clip, train_pixels, layer)
+            oracle = _renderer_objects(train_scenes, grid, world_config, names)
+            transport = GaussianTransport(**METHODS[method]).fit(train_features, grid, oracle.concept,
+                                                                 oracle.coverage, len(names))
+        generator = torch.Generator().manual_seed(config.seed)
+        figures = {}
+        for kind, family in (("swap", "swap_attribute"), ("transplant", "replace_attribute")):
+            d = data[family]
+            features = split.regions(split.lower(d["x"]))
+            if masks:
+                objects = _renderer_objects([scenes[item["scene_id"]] for item in families[family]], split.grid,
+                                            world_config, names)
+            else:
+                objects = editor.locate(clip, d["x"], features, split.grid)
+            if kind == "swap":
+                step, valid = binding_swap(transport, features, split.grid, objects)
+            else:
+                chosen = families[family]
+                source = torch.tensor([names.index(item["edit"]["from"]) for item in chosen])
+                target = torch.tensor([names.index(item["edit"]["to"]) for item in chosen])
+                hit = (objects.concept == source[:, None]) & objects.valid
+                which = hit.float().argmax(dim=1)
+                step, valid = transplant(transport, features, split.grid, objects, which, target)
+                valid = valid & hit.any(dim=1)
+            control = random_control(step, generator)
+            u_edit = split.upper(features + step)
+            u_control = split.upper(features + control)
+            rows = valid
+            args = (d["u"][rows], d["u_rendered"][rows])
+            figures[kind] = {
+                "n": len(valid),
+                "valid_share": _mean(valid),
+                "edit": _scores(args[0], u_edit[rows], args[1], d["v_pos"][rows], d["v_neg"][rows]),
+                "random_control": _scores(args[0], u_control[rows], args[1], d["v_pos"][rows], d["v_neg"][rows]),
+                "original": {"cos_original_rendered": _mean((args[0] * args[1]).sum(-1)),
+                             "prefers_edited_caption": _mean(((args[0] * d["v_neg"][rows]).sum(-1)
+                                                              > (args[0] * d["v_pos"][rows]).sum(-1)).float())},
+                "rendered_prefers_edited_caption": _mean(((args[1] * d["v_neg"][rows]).sum(-1)
+                                                          > (args[1] * d["v_pos"][rows]).sum(-1)).float()),
+                "step_norm": _mean(step.flatten(1).norm(dim=1)[rows]),
+            }
+        name = f"{method} (renderer masks)" if masks else method
+        out["methods"][name] = figures
+        log(f"[image {layer} {name}] swap {figures['swap']['edit']} control "
+            f"{figures['swap']['random_control']['direction_agreement']}; transplant {figures['transplant']['edit']}")
+    out["localisation"] = _localisation(clip, editor, split, data["swap_attribute"]["x"], families["swap_attribute"],
+                                        scenes, world_config, names)
+    out["reader_mention_loss"] = editor.reader.mention_loss_
+    out["locate_layer"] = editor.locate_layer
+    out["codes"] = _codes_summary(clip, editor.locate_layer, train_pixels, train_captions, vocabulary, config.group,
+                                  editor.reader)
+    log(f"[image {layer}] localisation {out['localisation']} codes {out['codes']['fvu']:.3f} fvu")
+    return out
+
+
+def _localisation(clip, editor, split, pixels, items, scenes, world_config, names) -> dict:
+    """How well the objects found from features match the renderer's masks (measurement only)."""
+    features = split.regions(split.lower(pixels))
+    objects = editor.locate(clip, pixels, features, split.grid)
+    colour_right, ious = [], []
+    for row, item in enumerate(items):
+        scene = scenes[item["scene_id"]]
+        truth_colours = [names.index(obj["colour"]) for obj in scene["objects"]]
+        found = set(objects.concept[row][objects.valid[row]].tolist())
+        colour_right.append(found == set(truth_colours))
+        for k, obj in enumerate(scene["objects"]):
+            coverage = torch.from_numpy(object_coverage(obj, world_config)).float()[None, None]
+            truth = F.adaptive_avg_pool2d(coverage, split.grid).flatten() > 0.5
+            hit = (objects.concept[row] == truth_colours[k]) & objects.valid[row]
+            if hit.any():
+                ious.append(float(mask_iou(objects.coverage[row, int(hit.float().argmax())] > 0.5, truth)))
+            else:
+                ious.append(0.0)
+    return {"objects_right_share": float(np.mean(colour_right)), "mask_iou": float(np.mean(ious)),
+            "grid": list(split.grid)}
+
+
+def _codes_summary(clip, layer, train_pixels, train_captions, vocabulary, group, reader) -> dict:
+    from lace.local.editor import group_mentions
+
+    features, _ = region_features(clip, train_pixels, layer)
+    mentions, names = group_mentions(vocabulary, group, train_captions)
+    codes_model = LocalConceptCodes().fit(features.reshape(-1, features.shape[-1]))
+    codes = codes_model.transform(features)
+    codes_model.label(reader, codes, mentions, names)
+    labelled = codes_model.atom_concept_ >= 0
+    shuffled = codes_model.alignment_[torch.arange(codes_model.n_atoms),
+                                      torch.randint(len(names), (codes_model.n_atoms,),
+                                                    generator=torch.Generator().manual_seed(0))]
+    return {"fvu": codes_model.fvu(features[:500]), **codes_model.summary(),
+            "mean_alignment_random_labels": float(shuffled.mean()),
+            "n_atoms": codes_model.n_atoms, "sparsity": codes_model.sparsity,
+            "labelled": int(labelled.sum())}
+
+
+def fidelity_markdown(results: dict) -> str:
+    """The fidelity tables as markdown."""
+    def f(value):
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [(f"Image-side edits on {results['config']['split']} items (fitted on {results['n_train']} training "
+              "images). Direction agreement = cos(u_edit - u, u_rendered - u); control = same-size random step at "
+              "the same positions."),
+             "",
+             ("| layer | method | edit | valid | direction | control | cos(u_edit, u_r) | cos(u, u_r) | control cos | "
+              "prefers edited caption (edit / original / rendered / control) |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for layer, layer_results in results["image"].items():
+        for method, figures in layer_results["methods"].items():
+            for kind, row in figures.items():
+                lines.append(
+                    f"| {layer} | {method} | {kind} | {f(row['valid_share'])} | {f(row['edit']['direction_agreement'])} | "
+                    f"{f(row['random_control']['direction_agreement'])} | {f(row['edit']['cos_edit_rendered'])} | "
+                    f"{f(row['original']['cos_original_rendered'])} | {f(row['random_control']['cos_edit_rendered'])} | "
+                    f"{f(row['edit']['prefers_edited_caption'])} / {f(row['original']['prefers_edited_caption'])} / "
+                    f"{f(row['rendered_prefers_edited_caption'])} / {f(row['random_control']['prefers_edited_caption'])} |")
+    lines += ["", "Localisation from features (renderer masks only measure) and local codes:", "",
+              ("| layer | grid | both objects' concepts right | mask IoU | reader loss | codes FVU | atoms labelled | "
+               "mean alignment (labelled) | mean alignment (random labels) |"), "|---|---|---|---|---|---|---|---|---|"]
+    for layer, layer_results in results["image"].items():
+        loc, codes = layer_results["localisation"], layer_results["codes"]
+        lines.append(f"| {layer} | {loc['grid'][0]}x{loc['grid'][1]} | {f(loc['objects_right_share'])} | "
+                     f"{f(loc['mask_iou'])} | {f(layer_results['reader_mention_loss'])} | {f(codes['fvu'])} | "
+                     f"{codes['labelled']}/{codes['n_atoms']} | {f(codes['mean_alignment_labelled'])} | "
+                     f"{f(codes['mean_alignment_random_labels'])} |")
+    lines += ["", "Caption-side binding swaps (token states exchanged at L) against the encoded swapped caption:", "",
+              "| layer | valid | direction | cos(v_edit, v_neg) | cos(v, v_neg) |", "|---|---|---|---|---|"]
+    for layer, row in results["text"].items():
+        lines.append(f"| {layer} | {f(row['valid_share'])} | {f(row['direction_agreement'])} | "
+                     f"{f(row['cos_edit_rendered'])} | {f(row['cos_original_rendered'])} |")
+    return "\n".join(lines) + "\n"

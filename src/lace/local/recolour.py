@@ -1,0 +1,112 @@
+"""A recolouring operator at L, learnt from grey-preserving colour re-mappings of training images.
+
+What a position's features become when its object changes colour depends on the object's shape,
+texture and coverage of the position and on its neighbours, in ways a mean difference or a
+Gaussian transport of one concept's positions onto another's does not capture (see the fidelity
+tables). The tower itself can show the real change, without masks and without a scene graph: a
+colour map of the pixels `x -> M x` that keeps every grey fixed and sends the prototype colour of
+concept a exactly to that of concept b repaints every a-coloured object as b and leaves grey
+backgrounds and clutter as they were. The pair (features of x, features of M x) at the positions
+the reader finds concept a on is then a true counterfactual at L, and a ridge regression per
+ordered pair (a, b) from a position's neighbourhood to its change learns the recolouring:
+`step_p = [n_p, 1] W_ab`. At edit time the operator moves the positions of one object (found from
+features) and their halo (the neighbouring positions, whose receptive fields see the object).
+
+The prototypes (G, 3) are the colour names' RGB values: knowledge of the vocabulary, not of scenes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lace.local.objects import find_objects, resize_objects
+from lace.local.reader import PositionConceptReader
+from lace.local.towers import ImageTowerSplit, region_features
+from lace.local.transport import neighbourhoods
+
+
+def grey_preserving_map(source: Tensor, target: Tensor) -> Tensor:
+    """(3, 3) M with M g = g for every grey g and M source = target (RGB in [0, 1])."""
+    grey = torch.ones(3) / 3**0.5
+    off_grey = (torch.eye(3) - torch.outer(grey, grey)) @ source
+    if off_grey.norm() < 1e-6:
+        raise ValueError("source colour is grey: no colour map can tell it from the background")
+    weight = off_grey / (off_grey @ source)
+    return torch.eye(3) + torch.outer(target - source, weight)
+
+
+def halo(coverage: Tensor, grid: tuple[int, int]) -> Tensor:
+    """(..., P) coverage -> (..., P) the largest coverage in each position's 3x3 neighbourhood."""
+    shape = coverage.shape
+    maps = coverage.reshape(-1, 1, *grid)
+    return F.max_pool2d(maps, 3, 1, 1).reshape(shape)
+
+
+class RecolourRegression:
+    """Per ordered concept pair, a ridge regression from a position's neighbourhood to its change.
+
+    window: neighbourhood side; ridge: weight of the ridge penalty relative to the mean diagonal of
+    the normal matrix; min_coverage: positions whose neighbourhood coverage is at most this are not
+    moved. Learned state: `weights_` {(a, b): (window^2 C + 1, C)}, `counts_` {(a, b): positions}.
+    """
+
+    def __init__(self, window: int = 3, ridge: float = 1e-3, min_coverage: float = 0.02):
+        self.window = window
+        self.ridge = ridge
+        self.min_coverage = min_coverage
+
+    def fit(self, clip: torch.nn.Module, layer: str, raw_pixels: Tensor, normalise, reader: PositionConceptReader,
+            prototypes: Tensor, locate_layer: str | None = None, batch_size: int = 500) -> RecolourRegression:
+        """raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1]."""
+        split = ImageTowerSplit(clip, layer)
+
+        def features_of(raw: Tensor) -> Tensor:
+            with torch.no_grad():
+                return torch.cat([split.regions(split.lower(normalise(raw[i : i + batch_size])))
+                                  for i in range(0, len(raw), batch_size)])
+
+        original = features_of(raw_pixels)
+        grid = split.grid
+        locate = locate_layer or layer
+        located, located_grid = (original, grid) if locate == layer else region_features(
+            clip, normalise(raw_pixels), locate, batch_size)
+        objects = resize_objects(find_objects(reader, located), located_grid, grid)
+        described = neighbourhoods(original, grid, self.window)
+        self.weights_, self.counts_ = {}, {}
+        n_concepts = len(prototypes)
+        for source in range(n_concepts):
+            has = (objects.concept == source) & objects.valid  # (N, n)
+            rows = has.any(dim=1).nonzero().squeeze(1)
+            if len(rows) == 0:
+                continue
+            which = has[rows].float().argmax(dim=1)
+            near = halo(objects.coverage[rows, which], grid) > self.min_coverage  # (n, P)
+            inputs = torch.cat([described[rows][near], torch.ones(int(near.sum()), 1)], dim=1).double()
+            gram = inputs.T @ inputs
+            penalty = self.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64)
+            for target in range(n_concepts):
+                if target == source:
+                    continue
+                colour_map = grey_preserving_map(prototypes[source], prototypes[target])
+                repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
+                change = (features_of(repainted) - original[rows])[near].double()
+                self.weights_[source, target] = torch.linalg.solve(gram + penalty, inputs.T @ change).float()
+                self.counts_[source, target] = int(near.sum())
+        return self
+
+    def move(self, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
+             target: Tensor) -> Tensor:
+        """The step (B, P, C) that recolours each image's object (coverage (B, P)) from `source` to `target` (B,)."""
+        with torch.no_grad():
+            described = neighbourhoods(features.detach().float(), grid, self.window)
+            near = halo(coverage, grid) > self.min_coverage
+            step = torch.zeros_like(features, dtype=torch.float32)
+            for b in range(features.shape[0]):
+                weights = self.weights_.get((int(source[b]), int(target[b])))
+                if weights is None or not near[b].any():
+                    continue
+                inputs = torch.cat([described[b, near[b]], torch.ones(int(near[b].sum()), 1)], dim=1)
+                step[b, near[b]] = inputs @ weights
+        return step.to(features.dtype)

@@ -1,0 +1,174 @@
+import numpy as np
+import pytest
+import torch
+
+from lace.concepts.vocabulary import vocabulary_from_dict
+from lace.data.world import (
+    WorldConfig,
+    caption_scene,
+    colour_shape_combinations,
+    render_scene,
+    sample_scene,
+)
+from lace.data.world.config import PALETTE
+from lace.data.world.scene import sample_rng
+from lace.encoders.open_clip_encoder import load_open_clip
+from lace.local.editor import fit_local_editor, fit_recolour_editor
+from lace.local.edits import binding_swap, random_control, transplant
+from lace.local.objects import FoundObjects, find_objects
+from lace.local.reader import PositionConceptReader
+from lace.local.recolour import grey_preserving_map, halo
+from lace.local.towers import ImageTowerSplit
+from lace.local.transport import GaussianTransport
+
+GRID = (4, 4)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    """A random tiny ResNet CLIP whose residual branches are switched on.
+
+    open_clip starts each branch's last BatchNorm at zero, which leaves only position-wise maps and
+    average pools above the stem: such a tower cannot tell two positions apart, and a swap would not
+    change its output at all.
+    """
+    torch.manual_seed(0)
+    encoder = load_open_clip("lace-micro-rn-32").eval()
+    with torch.no_grad():
+        for module in encoder.model.visual.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.normal_(1.0, 0.2)
+    return encoder
+
+
+def _concept_maps(n_images, generator, channels=128, noise=0.05, level=3.0):
+    """Hand-built layer-2 maps (4 x 4): concept c at a position is `level` along channel c, plus noise."""
+    concepts = torch.stack([torch.randperm(4, generator=generator)[:2] for _ in range(n_images)])  # (N, 2)
+    places = torch.stack([torch.randperm(16, generator=generator)[:2] for _ in range(n_images)])  # (N, 2)
+    features = noise * torch.randn(n_images, 16, channels, generator=generator)
+    coverage = torch.zeros(n_images, 2, 16)
+    for k in range(2):
+        features[torch.arange(n_images), places[:, k], concepts[:, k]] += level
+        coverage[torch.arange(n_images), k, places[:, k]] = 1.0
+    return features, concepts, coverage
+
+
+@pytest.mark.parametrize("covariance", [False, True])
+def test_swap_on_a_hand_built_map_matches_the_swapped_map_after_pooling(resnet, covariance):
+    generator = torch.Generator().manual_seed(0)
+    train, concepts, coverage = _concept_maps(400, generator)
+    transport = GaussianTransport(n_buckets=1, window=1, covariance=covariance).fit(train, GRID, concepts, coverage, 4)
+    features, concepts, coverage = _concept_maps(3, generator, noise=0.0)
+    objects = FoundObjects(concepts, coverage, torch.ones(3, 2, dtype=torch.bool))
+    step, valid = binding_swap(transport, features, GRID, objects)
+    swapped = features.clone()
+    for k, other in ((0, 1), (1, 0)):
+        at = coverage[:, k].argmax(dim=1)
+        swapped[torch.arange(3), at] = 3.0 * torch.nn.functional.one_hot(concepts[:, other], 128).float()
+    split = ImageTowerSplit(resnet.model, "layer2")
+    split.grid = GRID
+    with torch.no_grad():
+        assert valid.all()
+        torch.testing.assert_close(features + step, swapped, atol=0.1, rtol=0)
+        edited, original, target = split.upper(features + step), split.upper(features), split.upper(swapped)
+        # The pooled change is the one the swapped map makes, and it is not nothing.
+        assert ((edited - target).norm(dim=1) < 0.25 * (original - target).norm(dim=1)).all()
+
+
+def test_random_control_has_the_same_size_at_the_same_positions():
+    generator = torch.Generator().manual_seed(0)
+    step = torch.zeros(2, 3, 9, 16)
+    step[0, :, [1, 4]] = torch.randn(3, 2, 16, generator=generator)
+    control = random_control(step, generator)
+    torch.testing.assert_close(control.norm(dim=-1), step.norm(dim=-1))
+    assert torch.equal(control.norm(dim=-1) > 0, step.norm(dim=-1) > 0)
+    assert (torch.nn.functional.cosine_similarity(control, step, dim=-1)[step.norm(dim=-1) > 0].abs() < 0.9).all()
+
+
+def test_transplant_needs_an_absent_concept():
+    generator = torch.Generator().manual_seed(1)
+    train, concepts, coverage = _concept_maps(400, generator)
+    transport = GaussianTransport(n_buckets=1, window=1).fit(train, GRID, concepts, coverage, 4)
+    features, concepts, coverage = _concept_maps(4, generator, noise=0.0)
+    objects = FoundObjects(concepts, coverage, torch.ones(4, 2, dtype=torch.bool))
+    present = concepts[:, 1]
+    absent = torch.tensor([next(c for c in range(4) if c not in row.tolist()) for row in concepts])
+    which = torch.zeros(4, dtype=torch.long)
+    _, valid_present = transplant(transport, features, GRID, objects, which, present)
+    step, valid_absent = transplant(transport, features, GRID, objects, which, absent)
+    assert not valid_present.any() and valid_absent.all()
+    moved = (step.norm(dim=-1) > 0.1).float()  # (B, P): only the first object's position
+    torch.testing.assert_close(moved, coverage[:, 0])
+
+
+def test_reader_finds_concepts_where_captions_cannot_say():
+    generator = torch.Generator().manual_seed(2)
+    features, concepts, coverage = _concept_maps(600, generator, channels=8, noise=0.1)
+    mentions = torch.zeros(600, 4, dtype=torch.bool)
+    mentions[torch.arange(600)[:, None], concepts] = True
+    reader = PositionConceptReader(steps=300).fit(features, mentions)
+    objects = find_objects(reader, features[:50])
+    assert objects.valid.all()
+    assert (objects.concept.sort(dim=1).values == concepts[:50].sort(dim=1).values).all()
+    at = objects.coverage.argmax(dim=2)  # (50, 2) position each found object covers most
+    truth = {(row, int(c), int(p)) for row in range(50) for c, p in zip(concepts[row], coverage[row].argmax(dim=1))}
+    found = {(row, int(c), int(p)) for row in range(50) for c, p in zip(objects.concept[row], at[row])}
+    assert len(found & truth) / len(truth) > 0.9
+
+
+def _world_batch(n):
+    config = WorldConfig(n_images=64, image_size=32, clutter=2)
+    combinations = colour_shape_combinations(config)
+    scenes = [sample_scene(sample_rng(0, "train", i, 0), config, "train", combinations, i) for i in range(n)]
+    captions = [[caption_scene(scene, sample_rng(0, "train", i, 1), "coco", config)] for i, scene in enumerate(scenes)]
+    images = [np.asarray(render_scene(scene, config)) for scene in scenes]
+    pixels = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0
+    vocabulary = vocabulary_from_dict({"name": "w", "objects": list(config.shapes),
+                                       "attributes": {"colour": list(config.colours)}, "relations": []})
+    return pixels, captions, vocabulary
+
+
+def test_gradients_reach_layers_below_and_above_the_cut(resnet):
+    pixels, captions, vocabulary = _world_batch(48)
+    editor = fit_local_editor(resnet.model, pixels, captions, vocabulary, "layer1",
+                              transport=GaussianTransport(n_buckets=2, min_positions=1),
+                              reader=PositionConceptReader(steps=50))
+    resnet.model.zero_grad()
+    negatives = editor.negatives(resnet.model, pixels[:6], n_edits=3)
+    assert negatives.embeddings.shape == (6, 3, resnet.embed_dim) and negatives.valid.shape == (6, 3)
+    assert negatives.kinds == ["swap", "transplant", "transplant"]
+    torch.testing.assert_close(negatives.embeddings.norm(dim=-1), torch.ones(6, 3))
+    negatives.embeddings.sum().backward()
+    visual = resnet.model.visual
+    assert visual.conv1.weight.grad.abs().sum() > 0  # below L (stem)
+    assert visual.layer1[0].conv1.weight.grad.abs().sum() > 0  # the block that makes L
+    assert visual.layer2[0].conv1.weight.grad.abs().sum() > 0  # above L
+    assert visual.attnpool.c_proj.weight.grad.abs().sum() > 0
+    resnet.model.zero_grad()
+
+
+def test_grey_preserving_map_repaints_one_colour_and_keeps_greys():
+    red, blue = torch.tensor([0.86, 0.12, 0.12]), torch.tensor([0.14, 0.29, 0.88])
+    colour_map = grey_preserving_map(red, blue)
+    torch.testing.assert_close(colour_map @ red, blue)
+    for level in (0.0, 0.4, 0.9):
+        grey = torch.full((3,), level)
+        torch.testing.assert_close(colour_map @ grey, grey)
+    with pytest.raises(ValueError, match="grey"):
+        grey_preserving_map(torch.full((3,), 0.5), blue)
+
+
+def test_recolour_editor_moves_only_the_found_object_and_its_halo(resnet):
+    pixels, captions, vocabulary = _world_batch(48)
+    prototypes = torch.tensor([PALETTE[name] for name in vocabulary.groups()["colour"]]).float() / 255.0
+    normalise = resnet.preprocess.transforms[-1]
+    editor = fit_recolour_editor(resnet.model, pixels, normalise, captions, vocabulary, "layer1", prototypes,
+                                 locate_layer="layer1")
+    assert editor.transport.weights_  # some concept pairs were learnt from repainted images
+    split = ImageTowerSplit(resnet.model, "layer1")
+    with torch.no_grad():
+        features = split.regions(split.lower(normalise(pixels[:8])))
+    objects = editor.locate(resnet.model, normalise(pixels[:8]), features, split.grid)
+    step, _ = binding_swap(editor.transport, features, split.grid, objects)
+    near = halo(objects.coverage.amax(dim=1), split.grid) > editor.transport.min_coverage  # (B, P)
+    assert (step.norm(dim=-1)[~near] == 0).all()
