@@ -163,7 +163,7 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
 
 
 def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
-    out, summary = demo
+    out, _ = demo
     report = (out / "report.md").read_text()
     results = json.loads((out / "results.json").read_text())
     # zero-shot once per model, on the world's three tasks, before and after every fine-tune
@@ -193,10 +193,10 @@ def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
             check_grid_in_report(grid, report)
 
 
-def check_grid_in_report(grid: dict, report: str) -> None:
-    """Several sources in id order, each before and after the edit at two strengths, counts in the table."""
+def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:
+    """Sources in id order, each before and after the edit at two strengths, counts in the table."""
     sources = list(dict.fromkeys(row["source"] for row in grid["rows"]))
-    assert len(sources) > 1 and sources == sorted(sources)
+    assert len(sources) >= min_sources and sources == sorted(sources)
     assert {row["strength"] for row in grid["rows"]} == {None, *grid["strengths"]}
     assert f"(figures/{grid['figure']})" in report
     for row in grid["rows"]:
