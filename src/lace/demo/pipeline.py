@@ -51,6 +51,7 @@ def world_config(config: DemoConfig) -> WorldConfig:
                        benchmark_items_per_family=1, png_compression=1, **CALIBRATED_WORLD)
 
 
+# long: the stages in order, each one cached call, so that the whole story reads top to bottom
 def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`.
 

@@ -84,6 +84,7 @@ def _settings_dict(settings: HeadsTraining) -> dict:
     return dataclasses.asdict(settings)
 
 
+# long: the stages in order, each one cached call, so that the whole study reads top to bottom
 def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     """Run (or resume) the study; write results.json, report.md and report.html into `config.out`."""
     config.validate()
