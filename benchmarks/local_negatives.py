@@ -93,12 +93,14 @@ def main() -> None:
 
     def step(local: bool) -> float:
         begin = time.perf_counter()
-        images, texts, scale = encoder(pixels, tokens)
-        if local:
-            negatives = editor.negatives(encoder.model, pixels, args.n_edits)
-            loss = lace_loss(images, texts, scale, image_negatives=negatives.embeddings, image_valid=negatives.valid)
+        if local:  # one image pass: the unedited embeddings come out of the editor's batched upper layers
+            negatives = editor.negatives(encoder.model, pixels, args.n_edits, with_original=True)
+            texts, scale = encoder.encode_tokens(tokens), encoder.logit_scale.exp()
+            loss = lace_loss(negatives.original, texts, scale, image_negatives=negatives.embeddings,
+                             image_valid=negatives.valid)
             step.valid = negatives.valid.float().mean(dim=0).tolist()
         else:
+            images, texts, scale = encoder(pixels, tokens)
             loss = clip_loss(images, texts, scale)
         optimiser.zero_grad()
         loss.backward()

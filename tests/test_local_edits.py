@@ -131,7 +131,7 @@ def _world_batch(n):
 def test_gradients_reach_layers_below_and_above_the_cut(resnet):
     pixels, captions, vocabulary = _world_batch(48)
     editor = fit_local_editor(resnet.model, pixels, captions, vocabulary, "layer1",
-                              transport=GaussianTransport(n_buckets=2, min_positions=1),
+                              transport=GaussianTransport(n_buckets=2, window=1, min_positions=1),
                               reader=PositionConceptReader(steps=50))
     resnet.model.zero_grad()
     negatives = editor.negatives(resnet.model, pixels[:6], n_edits=3)
@@ -172,3 +172,14 @@ def test_recolour_editor_moves_only_the_found_object_and_its_halo(resnet):
     step, _ = binding_swap(editor.transport, features, split.grid, objects)
     near = halo(objects.coverage.amax(dim=1), split.grid) > editor.transport.min_coverage  # (B, P)
     assert (step.norm(dim=-1)[~near] == 0).all()
+
+
+def test_original_embeddings_from_the_editor_pass_equal_the_encoder(resnet):
+    pixels, captions, vocabulary = _world_batch(32)
+    editor = fit_local_editor(resnet.model, pixels, captions, vocabulary, "layer1",
+                              transport=GaussianTransport(n_buckets=1, window=1, min_positions=1),
+                              reader=PositionConceptReader(steps=30))
+    with torch.no_grad():
+        negatives = editor.negatives(resnet.model, pixels[:5], n_edits=2, with_original=True)
+        torch.testing.assert_close(negatives.original, resnet.encode_images(pixels[:5]))
+    assert negatives.embeddings.shape == (5, 2, resnet.embed_dim)

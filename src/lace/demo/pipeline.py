@@ -109,21 +109,16 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
-    local_key = stage_key(config.local_layer, config.local_n_edits)
     finetune_keys: dict[str, str] = {}
     for variant in config.variants:
-        switches = VARIANTS[variant]
-        uses_edits = uses_counterfactuals(variant)
-        own_keys = [lace_key if uses_edits else None] + ([local_key] if uses_local(variant) else [])
+        own_keys = _own_keys(config, variant, lace_key)
+        rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(variant) else None
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
-            key = stage_key(finetune_key, switches, seed, *own_keys)
+            key = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
-            rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) \
-                if uses_rendered(variant) else None
-            runner.run(f"finetune {name}", key, partial(
-                _finetune, config, variant, seed, train_pairs("coco"), out, base_path, model_path, labelled, vocabulary,
-                rendered))
+            runner.run(f"finetune {name}", key, partial(_finetune, config, variant, seed, train_pairs("coco"), out,
+                                                        base_path, model_path, labelled, vocabulary, rendered))
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
                 evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))
@@ -169,6 +164,14 @@ def _wise_ft(config: DemoConfig, runner: StageRunner, out: Path, base_key: str, 
     key = stage_key(base_key, [finetune_keys[name] for name in names.values()], WISE_FT_ALPHAS, "wise-ft")
     return runner.run("wise_ft", key, lambda: wise_ft_stage(
         config.model, out / "models" / "base.pt", paths, zeroshot_config, out / "figures" / "wise_ft.png"))
+
+
+def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
+    """What a variant's fine-tune depends on beyond the base, the data order, the steps and the seed."""
+    keys = [lace_key if uses_counterfactuals(variant) else None]
+    if uses_local(variant):
+        keys.append(stage_key(config.local_layer, config.local_n_edits))
+    return keys
 
 
 def _slug(text: str) -> str:

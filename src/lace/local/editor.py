@@ -29,12 +29,14 @@ from lace.local.transport import GaussianTransport
 
 @dataclass
 class LocalNegatives:
-    """embeddings (B, M, d) unit; valid (B, M) bool; kinds: the edit of each slot; objects found."""
+    """embeddings (B, M, d) unit; valid (B, M) bool; kinds: the edit of each slot; objects found;
+    original (B, d) the unedited images' unit embeddings from the same pass (when asked for)."""
 
     embeddings: Tensor
     valid: Tensor
     kinds: list[str]
     objects: FoundObjects
+    original: Tensor | None = None
 
 
 class LocalImageEditor:
@@ -99,10 +101,14 @@ class LocalImageEditor:
         scores.scatter_(1, objects.concept, -1.0)
         return scores.argmax(dim=1)
 
-    def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False) -> LocalNegatives:
+    def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False,
+                  with_original: bool = False) -> LocalNegatives:
         """(B, 3, H, W) pixels -> `LocalNegatives` with (B, M) unit embeddings, M = n_edits.
 
         control: replace every step by the same-size random step at the same positions.
+        with_original: also return the unedited embeddings (B, d), computed in the same pass, so a
+        training step need not run the image tower a second time (use them as U; in training mode
+        BatchNorm then normalises them with the statistics of the whole B x (1 + M) batch).
         The upper layers run once on all B * M edited feature maps (BatchNorm layers in training mode
         therefore see the edited batch's statistics).
         """
@@ -118,9 +124,13 @@ class LocalImageEditor:
         if split.n_prefix:
             steps = torch.cat([steps.new_zeros(*steps.shape[:2], split.n_prefix, steps.shape[-1]), steps], dim=2)
         edited = features.unsqueeze(1) + steps.to(features.dtype)  # (B, M, P_all, C)
-        batch, slots = steps.shape[:2]
-        embeddings = split.upper(edited.reshape(batch * slots, *edited.shape[2:]))
-        return LocalNegatives(embeddings.reshape(batch, slots, -1), valid, kinds, objects)
+        if with_original:
+            edited = torch.cat([features.unsqueeze(1), edited], dim=1)  # (B, 1 + M, P_all, C)
+        batch, slots = edited.shape[:2]
+        embeddings = split.upper(edited.reshape(batch * slots, *edited.shape[2:])).reshape(batch, slots, -1)
+        if with_original:
+            return LocalNegatives(embeddings[:, 1:], valid, kinds, objects, original=embeddings[:, 0])
+        return LocalNegatives(embeddings, valid, kinds, objects)
 
 
 def group_mentions(vocabulary: Vocabulary, group: str, captions_per_image: list[list[str]]) -> tuple[Tensor, list[str]]:

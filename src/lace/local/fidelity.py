@@ -95,8 +95,10 @@ def _mean(values: torch.Tensor) -> float | None:
 
 def _scores(u, u_edit, u_rendered, v_pos, v_neg) -> dict:
     """Per-row figures (N,) -> their means over the rows."""
+    agreement = F.cosine_similarity(u_edit - u, u_rendered - u, dim=-1)
     return {
-        "direction_agreement": _mean(F.cosine_similarity(u_edit - u, u_rendered - u, dim=-1)),
+        "direction_agreement": _mean(agreement),
+        "direction_agreement_se": float(agreement.std() / len(agreement) ** 0.5) if len(agreement) > 1 else None,
         "cos_edit_rendered": _mean((u_edit * u_rendered).sum(-1)),
         "prefers_edited_caption": _mean(((u_edit * v_neg).sum(-1) > (u_edit * v_pos).sum(-1)).float()),
     }

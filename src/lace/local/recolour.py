@@ -49,7 +49,8 @@ class RecolourRegression:
 
     window: neighbourhood side; ridge: weight of the ridge penalty relative to the mean diagonal of
     the normal matrix; min_coverage: positions whose neighbourhood coverage is at most this are not
-    moved. Learned state: `weights_` {(a, b): (window^2 C + 1, C)}, `counts_` {(a, b): positions}.
+    moved. Learned state: `weights_` {(a, b): (window^2 C + 1, C)}, `counts_` {(a, b): positions},
+    `n_concepts_` G.
     """
 
     def __init__(self, window: int = 3, ridge: float = 1e-3, min_coverage: float = 0.02):
@@ -75,7 +76,8 @@ class RecolourRegression:
         objects = resize_objects(find_objects(reader, located), located_grid, grid)
         described = neighbourhoods(original, grid, self.window)
         self.weights_, self.counts_ = {}, {}
-        n_concepts = len(prototypes)
+        self._stacked_weights = None
+        n_concepts = self.n_concepts_ = len(prototypes)
         for source in range(n_concepts):
             has = (objects.concept == source) & objects.valid  # (N, n)
             rows = has.any(dim=1).nonzero().squeeze(1)
@@ -96,17 +98,23 @@ class RecolourRegression:
                 self.counts_[source, target] = int(near.sum())
         return self
 
+    def _stacked(self) -> Tensor:
+        """(G, G, D + 1, C) every pair's weights, zero for pairs never learnt (no move)."""
+        if getattr(self, "_stacked_weights", None) is None:
+            some = next(iter(self.weights_.values()))
+            stacked = some.new_zeros(self.n_concepts_, self.n_concepts_, *some.shape)
+            for (source, target), weights in self.weights_.items():
+                stacked[source, target] = weights
+            self._stacked_weights = stacked
+        return self._stacked_weights
+
     def move(self, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
              target: Tensor) -> Tensor:
         """The step (B, P, C) that recolours each image's object (coverage (B, P)) from `source` to `target` (B,)."""
         with torch.no_grad():
-            described = neighbourhoods(features.detach().float(), grid, self.window)
-            near = halo(coverage, grid) > self.min_coverage
-            step = torch.zeros_like(features, dtype=torch.float32)
-            for b in range(features.shape[0]):
-                weights = self.weights_.get((int(source[b]), int(target[b])))
-                if weights is None or not near[b].any():
-                    continue
-                inputs = torch.cat([described[b, near[b]], torch.ones(int(near[b].sum()), 1)], dim=1)
-                step[b, near[b]] = inputs @ weights
+            described = neighbourhoods(features.detach().float(), grid, self.window)  # (B, P, D)
+            inputs = torch.cat([described, described.new_ones(*described.shape[:2], 1)], dim=2)  # (B, P, D + 1)
+            near = halo(coverage, grid) > self.min_coverage  # (B, P)
+            weights = self._stacked().to(features.device)[source, target]  # (B, D + 1, C)
+            step = torch.einsum("bpd,bdc->bpc", inputs, weights) * near[..., None]
         return step.to(features.dtype)
