@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -52,6 +53,15 @@ def make_folder(root, n_images=40):
     return root
 
 
+def make_classes(root):
+    """A zero-shot image folder: two classes (grass, snow) of two images each."""
+    for name, colour, _ in SCENES[:2]:
+        (root / name).mkdir(parents=True)
+        for k in range(2):
+            Image.fromarray(np.full((48, 64, 3), colour, dtype=np.uint8)).save(root / name / f"{k}.jpg")
+    return root
+
+
 def tiny_config(data, out, cache):
     heads = HeadsTraining(hidden_dim=32, dropout=0.1, embed_dim=16, lr=3e-3, epochs=3, batch_size=8, warmup_steps=1)
     return StudyConfig(
@@ -70,7 +80,7 @@ def study(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("flickr")
     data = make_folder(root / "data")
-    config = tiny_config(data, root / "study", root / "cache")
+    config = replace(tiny_config(data, root / "study", root / "cache"), zeroshot_root=str(make_classes(root / "classes")))
     results = run_flickr8k_study(config, log=lambda _: None)
     return config, results, root
 
@@ -151,8 +161,10 @@ def test_report_has_zeroshot_before_and_after_every_fine_tune_and_the_edit_grid(
     for model, figures in models.items():
         top1 = figures["zeroshot/captions/top1"]
         assert top1 == 1.0 and figures["zeroshot/captions/top5"] is None  # one class here: no top-5
+        # the --zeroshot-root folder, through the towers and this model's heads: four images, two classes
+        assert figures["zeroshot/classes/top1"] in (0.0, 0.25, 0.5, 0.75, 1.0)
         row = next(line for line in section.splitlines() if line.startswith(f"| {model} | "))
-        assert row.startswith(f"| {model} | {top1:.3f} |")
+        assert row.startswith(f"| {model} | {top1:.3f} | {figures['zeroshot/classes/top1']:.3f} |")
     # the grass->snow grid over the test images, its counts in the report
     grid = saved["edit_grids"]["transplant:grass=snow"]
     if "skipped" in grid or grid["figure"] is None:
