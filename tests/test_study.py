@@ -30,9 +30,8 @@ SCENES = [
     ("beach", (230, 200, 120), ["a man in a red shirt stands on the beach", "a woman runs on the beach",
                                 "a dog on the sandy beach near the water", "children play on the beach",
                                 "a man sits on the beach by the water"]),
-    # horse scenes name one object only: the caption-derived zero-shot task's class
-    ("horse", (120, 70, 30), ["a brown horse stands in a meadow", "a horse looks up", "a {a} horse",
-                              "a black horse runs", "the horse eats"]),
+    ("horse", (120, 70, 30), ["a brown horse stands in a field", "a woman rides a horse",
+                              "a man next to a {a} horse", "a horse runs on the grass", "a black horse and a dog"]),
 ]
 COLOURS = ["black", "white", "brown", "red"]
 
@@ -154,13 +153,15 @@ def test_report_has_zeroshot_before_and_after_every_fine_tune_and_the_edit_grid(
     markdown = (out / "report.md").read_text()
     saved = json.loads((out / "results.json").read_text())
     task = saved["zeroshot_task"]
-    assert task["classes"] == ["horse"] and task["images"] == task["images_per_class"]["horse"] > 0
+    # beach, snow and horse scenes: one object named by every caption, the others by one caption at most
+    assert len(task["classes"]) >= 2 and set(task["classes"]) <= {"beach", "snow", "horse"}
+    assert task["images"] == sum(task["images_per_class"].values())
     section = markdown.split("Zero-shot classification before and after every fine-tune")[1].split("\n## ")[0]
     models = {"base": saved["base_figures"]}
     models.update({f"{v} seed {s}": run["figures"] for v, runs in saved["finetunes"].items() for s, run in enumerate(runs)})
     for model, figures in models.items():
         top1 = figures["zeroshot/captions/top1"]
-        assert top1 == 1.0 and figures["zeroshot/captions/top5"] is None  # one class here: no top-5
+        assert 0.0 <= top1 <= 1.0 and figures["zeroshot/captions/top5"] is None  # under five classes: no top-5
         # the --zeroshot-root folder, through the towers and this model's heads: four images, two classes
         assert figures["zeroshot/classes/top1"] in (0.0, 0.25, 0.5, 0.75, 1.0)
         row = next(line for line in section.splitlines() if line.startswith(f"| {model} | "))
@@ -257,16 +258,16 @@ def test_caption_derived_zeroshot_task_and_its_measurement():
     split = SimpleNamespace(captions=captions, caption_image_index=[0, 0, 1, 1, 2, 3, 4, 4, 5],
                             image_paths=[f"{i}.jpg" for i in range(6)])
     task = caption_task(load_vocabulary("natural"), split, min_images=1)
-    # image 0 names dog and grass, image 3 dog and horse, image 5 nothing: left out
-    assert task.classes == ["dog", "horse"] and task.image_rows.tolist() == [1, 2, 4]
-    assert task.labels.tolist() == [1, 0, 0]
+    # image 0: dog in both captions, grass in one of two; image 3 names dog and horse, image 5 nothing: left out
+    assert task.classes == ["dog", "horse"] and task.image_rows.tolist() == [0, 1, 2, 4]
+    assert task.labels.tolist() == [0, 1, 0, 0]
     assert caption_task(load_vocabulary("natural"), split, min_images=2).classes == ["dog"]
     images = torch.nn.functional.normalize(torch.tensor(
         [[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0], [0.0, 1.0], [1.0, 1.0]]), dim=1)
     classes = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # dog, horse
     figures = measure(MeasuredSplit(images, images, list(range(6))), MeasureConfig(("zeroshot",)),
                       zeroshot_task=task, zeroshot_classes=classes)
-    # image 1 (horse) -> horse: right; image 2 (dog) -> dog: right; image 4 (dog) -> horse: wrong
-    assert figures["zeroshot/captions/top1"] == pytest.approx(2 / 3)
-    assert figures["zeroshot/captions/mean_per_class_recall"] == pytest.approx(0.75)
+    # images 0, 2 (dog) and 1 (horse) right; image 4 (dog) -> horse: wrong
+    assert figures["zeroshot/captions/top1"] == pytest.approx(3 / 4)
+    assert figures["zeroshot/captions/mean_per_class_recall"] == pytest.approx((2 / 3 + 1) / 2)
     assert figures["zeroshot/captions/top5"] is None

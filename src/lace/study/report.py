@@ -212,12 +212,12 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
     task = results["zeroshot_task"]
     report.paragraph(
         "Zero-shot classification before and after every fine-tune. Flickr8k has no class labels, so the task is a "
-        f"proxy derived from the test captions: the classes are the vocabulary's objects named, alone, by all the "
-        f"captions of at least {task['min_images']} test images ({len(task['classes'])} classes, {task['images']} "
-        "images: " + ", ".join(f"{c} {n}" for c, n in task["images_per_class"].items()) + "); an image whose "
-        "captions name several objects or none is left out. Each class is the mean of the prompts "
-        + " / ".join(f"'{t}'" for t in task["templates"]) + ". Columns `captions/*` are this task; any other task "
-        "is the image folder given with --zeroshot-root.")
+        "proxy derived from the test captions: the classes are the vocabulary's objects; an image belongs to a class "
+        f"when that object is the only one named by at least {task['consensus']:.0%} of its captions, and a class "
+        f"needs {task['min_images']} such images ({len(task['classes'])} classes, {task['images']} images: "
+        + ", ".join(f"{c} {n}" for c, n in task["images_per_class"].items()) + "); other images are left out. "
+        "Each class is the mean of the prompts " + " / ".join(f"'{t}'" for t in task["templates"]) + ". Columns "
+        "`captions/*` are this task; any other task is the image folder given with --zeroshot-root.")
     report.table(zeroshot_table(zeroshot_by_model(results), "top-1 per task, then top-5 and mean per-class recall"))
     counts = {"base": np.asarray(base_figures["nk/i2t"])}
     counts.update({v: np.asarray(runs[0]["figures"]["nk/i2t"]) for v, runs in results["finetunes"].items()})
