@@ -160,3 +160,45 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune ceiling (rendered swaps) seed 0.json").read_text())
     assert ceiling["result"]["last_metrics"]["image_negatives_valid_rows"] > 0.5
     assert "Targets of the edits inside the towers" in (tmp_path / "arms" / "report.md").read_text()
+
+
+def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
+    out, _ = demo
+    report = (out / "report.md").read_text()
+    results = json.loads((out / "results.json").read_text())
+    # zero-shot once per model, on the world's three tasks, before and after every fine-tune
+    assert set(results["zeroshot"]) == set(results["evaluations"])
+    section = report.split("## Zero-shot classification before and after each fine-tune")[1].split("\n## ")[0]
+    for model, figures in results["zeroshot"].items():
+        assert {"shape/top1", "colour/top1", "count/top1"} <= set(figures)
+        row = next(line for line in section.splitlines() if line.startswith(f"| {model} | "))
+        assert f"| {figures['shape/top1']:.3f} |" in row
+    # WiSE-FT: plain and LACE at five alphas, alpha 0 being the base's own zero-shot figure
+    wise_ft = results["wise_ft"]
+    assert (out / "figures" / wise_ft["figure"]).stat().st_size > 1000 and f"(figures/{wise_ft['figure']})" in report
+    assert [(p["model"], p["alpha"]) for p in wise_ft["points"]] == [
+        (model, alpha) for model in ("plain", "LACE") for alpha in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    base = results["zeroshot"]["base"]
+    for point in wise_ft["points"]:
+        if point["alpha"] == 0.0:
+            assert point["zeroshot/shape/top1"] == pytest.approx(base["shape/top1"], abs=1e-6)
+        if point["alpha"] == 1.0:
+            assert point["zeroshot/shape/top1"] == pytest.approx(
+                results["zeroshot"][f"{point['model']} seed 0"]["shape/top1"], abs=1e-6)
+    # the edit grids: where the tiny dictionary owns no atom for a pair, the report says why
+    for pair, grid in results["edit_grids"].items():
+        if "skipped" in grid:
+            assert f"{pair}: grid skipped: {grid['skipped']}" in report
+        else:
+            check_grid_in_report(grid, report)
+
+
+def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:
+    """Sources in id order, each before and after the edit at two strengths, counts in the table."""
+    sources = list(dict.fromkeys(row["source"] for row in grid["rows"]))
+    assert len(sources) >= min_sources and sources == sorted(sources)
+    assert {row["strength"] for row in grid["rows"]} == {None, *grid["strengths"]}
+    assert f"(figures/{grid['figure']})" in report
+    for row in grid["rows"]:
+        assert f"| {row['source']} | {row['label']} | {row['target_count']} |" in report
+

@@ -107,3 +107,31 @@ def test_edit_png_draws_the_first_sources_with_each_rows_target_count(fitted, tm
     assert sum(by_label["circle->star x4"]) > sum(by_label["before"])
     printed = capsys.readouterr().out
     assert f"image {sources[0]}: circle->star x4:" in printed
+
+
+def test_edit_grid_stage_reports_each_rows_target_count(fitted, tmp_path):
+    from PIL import Image
+
+    from lace.concepts.labelled import load_labelled_dictionary
+    from lace.experiment.edit_grids import edit_grid_stage
+    from lace.report.document import Report
+    from lace.report.experiment_tables import add_edit_grid
+    from tests.test_demo import check_grid_in_report
+
+    folder, image_codes = fitted
+    names = TOY_VOCABULARY["objects"] + [w for ws in TOY_VOCABULARY["attributes"].values() for w in ws]
+    captions = [" and ".join(n for n, w in zip(names, row) if w > 0) for row in image_codes]
+    from lace.embeddings import EmbeddingStore
+
+    images = np.array(EmbeddingStore.open(folder / "store").image_embeddings)
+    grid = edit_grid_stage(load_labelled_dictionary(folder / "dict"), images, captions, range(len(captions)),
+                           "transplant:circle=star", lambda i: Image.new("RGB", (8, 8), (i % 256, 40, 90)),
+                           tmp_path / "figures" / "grid.png", strengths=(1.0, 4.0), n_sources=3, k=5)
+    shows_star = image_codes[:, names.index("star")] > 0
+    first = next(i for i, row in enumerate(image_codes) if row[names.index("circle")] > 0 and not shows_star[i])
+    assert grid["figure"] == "grid.png" and grid["rows"][0]["source"] == first
+    for row in grid["rows"]:
+        assert row["target_count"] == int(shows_star[row["neighbours"]].sum())
+    report = Report("grid")
+    add_edit_grid(report, "circle=star", grid)
+    check_grid_in_report(grid, report.markdown(tmp_path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from lace.study.config import STUDY_VARIANTS as VARIANTS
 from lace.study.flickr8k import prepare_study_folder
 from lace.study.heads import caption_rows_by_image
 from lace.study.report import plain_statement
+from tests.test_demo import check_grid_in_report
 
 SCENES = [
     ("grass", (40, 160, 40), ["a {a} dog runs on the grass", "a dog plays in the green grass",
@@ -50,6 +52,15 @@ def make_folder(root, n_images=40):
     return root
 
 
+def make_classes(root):
+    """A zero-shot image folder: two classes (grass, snow) of two images each."""
+    for name, colour, _ in SCENES[:2]:
+        (root / name).mkdir(parents=True)
+        for k in range(2):
+            Image.fromarray(np.full((48, 64, 3), colour, dtype=np.uint8)).save(root / name / f"{k}.jpg")
+    return root
+
+
 def tiny_config(data, out, cache):
     heads = HeadsTraining(hidden_dim=32, dropout=0.1, embed_dim=16, lr=3e-3, epochs=3, batch_size=8, warmup_steps=1)
     return StudyConfig(
@@ -59,7 +70,7 @@ def tiny_config(data, out, cache):
         finetune=HeadsTraining(epochs=1, lr=1e-3, batch_size=8, warmup_steps=1),
         atoms=16, sparsity=3, dictionary_seconds=10, tau_align=0.3, rule_brittleness_captions=20, items_per_kind=8,
         concepts_shown=3, transplants=(("grass", "snow"), ("dog", "horse")), strengths=(1.0, 4.0),
-        image_batch_size=16, num_workers=0, progress=False,
+        image_batch_size=16, num_workers=0, progress=False, zeroshot_min_images=1,
     )
 
 
@@ -68,7 +79,7 @@ def study(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("flickr")
     data = make_folder(root / "data")
-    config = tiny_config(data, root / "study", root / "cache")
+    config = replace(tiny_config(data, root / "study", root / "cache"), zeroshot_root=str(make_classes(root / "classes")))
     results = run_flickr8k_study(config, log=lambda _: None)
     return config, results, root
 
@@ -136,6 +147,45 @@ def test_report_holds_every_table_and_figure_with_numbers_from_results(study):
         assert re.search(rf"\| {re.escape(variant)} \|", markdown)
 
 
+def test_report_has_zeroshot_before_and_after_every_fine_tune_and_the_edit_grid(study):
+    _, _, root = study
+    out = root / "study"
+    markdown = (out / "report.md").read_text()
+    saved = json.loads((out / "results.json").read_text())
+    task = saved["zeroshot_task"]
+    # beach, snow and horse scenes: one object named by every caption, the others by one caption at most
+    assert len(task["classes"]) >= 2 and set(task["classes"]) <= {"beach", "snow", "horse"}
+    assert task["images"] == sum(task["images_per_class"].values())
+    section = markdown.split("Zero-shot classification before and after every fine-tune")[1].split("\n## ")[0]
+    models = {"base": saved["base_figures"]}
+    models.update({f"{v} seed {s}": run["figures"] for v, runs in saved["finetunes"].items() for s, run in enumerate(runs)})
+    for model, figures in models.items():
+        top1 = figures["zeroshot/captions/top1"]
+        assert 0.0 <= top1 <= 1.0 and figures["zeroshot/captions/top5"] is None  # under five classes: no top-5
+        # the --zeroshot-root folder, through the towers and this model's heads: four images, two classes
+        assert figures["zeroshot/classes/top1"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+        row = next(line for line in section.splitlines() if line.startswith(f"| {model} | "))
+        assert row.startswith(f"| {model} | {top1:.3f} | {figures['zeroshot/classes/top1']:.3f} |")
+    # the grass->snow grid over the test images, its counts in the report
+    grid = saved["edit_grids"]["transplant:grass=snow"]
+    if "skipped" in grid or grid["figure"] is None:
+        assert "grass=snow" in markdown and ("skipped" in markdown or "could not be made" in markdown)
+    else:
+        check_grid_in_report(grid, markdown, min_sources=1)  # five test images: one names grass and not snow
+        assert (out / "figures" / grid["figure"]).is_file()
+    # every fine-tune is saved as a heads checkpoint that `lace eval`'s loader reads
+    from lace.encoders import load_encoder
+
+    base = load_encoder("lace-towers", str(out / saved["base"]["checkpoint"])).image_head.state_dict()
+    checkpoints = set()
+    for runs in saved["finetunes"].values():
+        for run in runs:
+            checkpoints.add(run["checkpoint"])
+            heads = load_encoder("lace-towers", str(out / run["checkpoint"])).image_head.state_dict()
+            assert heads.keys() == base.keys() and any(not torch.equal(heads[k], base[k]) for k in base)
+    assert len(checkpoints) == sum(len(runs) for runs in saved["finetunes"].values())
+
+
 def test_rerun_reuses_every_stage(study):
     config, results, _ = study
     again = run_flickr8k_study(config, log=lambda _: None)
@@ -194,3 +244,30 @@ def test_score_items_counts_strict_wins_per_kind():
              {"kind": "replace_att", "image": 1, "caption_row": 1}]
     figures = score_items(images, texts, negatives, items)
     assert figures["swap_obj"] == 1.0 and figures["replace_att"] == 0.0 and figures["mean"] == 0.5
+
+
+def test_caption_derived_zeroshot_task_and_its_measurement():
+    from types import SimpleNamespace
+
+    from lace.concepts.vocabulary import load_vocabulary
+    from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
+    from lace.study.zeroshot import caption_task
+
+    captions = ["a dog on the grass", "a dog runs", "a horse", "a brown horse", "a dog", "a dog and a horse",
+                "a dog", "a black dog", "nothing here"]
+    split = SimpleNamespace(captions=captions, caption_image_index=[0, 0, 1, 1, 2, 3, 4, 4, 5],
+                            image_paths=[f"{i}.jpg" for i in range(6)])
+    task = caption_task(load_vocabulary("natural"), split, min_images=1)
+    # image 0: dog in both captions, grass in one of two; image 3 names dog and horse, image 5 nothing: left out
+    assert task.classes == ["dog", "horse"] and task.image_rows.tolist() == [0, 1, 2, 4]
+    assert task.labels.tolist() == [0, 1, 0, 0]
+    assert caption_task(load_vocabulary("natural"), split, min_images=2).classes == ["dog"]
+    images = torch.nn.functional.normalize(torch.tensor(
+        [[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0], [0.0, 1.0], [1.0, 1.0]]), dim=1)
+    classes = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # dog, horse
+    figures = measure(MeasuredSplit(images, images, list(range(6))), MeasureConfig(("zeroshot",)),
+                      zeroshot_task=task, zeroshot_classes=classes)
+    # images 0, 2 (dog) and 1 (horse) right; image 4 (dog) -> horse: wrong
+    assert figures["zeroshot/captions/top1"] == pytest.approx(3 / 4)
+    assert figures["zeroshot/captions/mean_per_class_recall"] == pytest.approx((2 / 3 + 1) / 2)
+    assert figures["zeroshot/captions/top5"] is None

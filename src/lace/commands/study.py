@@ -38,6 +38,11 @@ def add_parser(subparsers) -> None:
                         help="folder of cached tower features, shared between studies (default: OUT/features)")
     flickr.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (one is fastest for the towers on a small shared CPU)")
+    flickr.add_argument("--zeroshot-root", default=None, metavar="FOLDER",
+                        help="also score zero-shot on this image folder, one subfolder per class, before and after "
+                             "every fine-tune (always scored: a task derived from the test captions)")
+    flickr.add_argument("--zeroshot-classnames", default=None, help="class names of --zeroshot-root")
+    flickr.add_argument("--zeroshot-templates", default=None, help="prompt templates of --zeroshot-root")
     flickr.add_argument("--edit-config", default=None, metavar="YAML",
                         help="YAML of EditConfig fields for LACE fine-tuning and counterfactual brittleness")
     add_config_arguments(flickr, EditConfig, prefix="edit.")
@@ -58,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     prepare_study_folder(args.out, args.overwrite)
     edit = config_from_args(EditConfig, args, yaml_path=args.edit_config, prefix="edit.")
     config = StudyConfig(data=args.data, out=args.out, seeds=args.seeds, feature_cache=args.feature_cache,
-                         edit=edit, progress=args.progress)
+                         edit=edit, progress=args.progress, zeroshot_root=args.zeroshot_root,
+                         zeroshot_classnames=args.zeroshot_classnames, zeroshot_templates=args.zeroshot_templates)
     results = run_flickr8k_study(config)
     print(f"wrote {args.out}/report.md and report.html in {results['total_seconds']:.0f}s")
     return 0

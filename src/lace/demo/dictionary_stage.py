@@ -30,7 +30,8 @@ from lace.experiment.dictionary import (
     calibrated_tau_align,
     fit_labelled_dictionary,
 )
-from lace.report.plots import atom_bars, image_grid
+from lace.experiment.edit_grids import edit_grid_stage
+from lace.report.plots import atom_bars
 
 ATOM_BAR_EDITS = ("attenuate:{colour}", "swap:{colour}={other_colour}", "transplant:{shape}={new_shape}")
 TRANSPLANTS = ("square=star", "red=blue")
@@ -136,7 +137,6 @@ def load_scenes(world_dir: Path, split: str) -> dict[str, dict]:
 
 def edit_retrieval_stage(
     labelled: LabelledDictionary, encoder: DualEncoder, world_dir: Path, vocabulary: str, config: DemoConfig,
-    grid_path: Path,
 ) -> dict:
     """Transplants inside real test-image embeddings, looked up among real test images."""
     dataset = world_split(world_dir, "test", "coco")
@@ -144,9 +144,7 @@ def edit_retrieval_stage(
     gallery = embed_pixels(encoder, pixels)
     rules = RuleNegatives(load_vocabulary(vocabulary))
     shown, concept_names = caption_concepts([r.captions for r in dataset.records], rules)
-    column = {name: i for i, name in enumerate(concept_names)}
     results: dict[str, dict] = {}
-    grid_rows = []
     owned = owned_concepts(labelled)
     for pair in TRANSPLANTS:
         source, target = pair.split("=")
@@ -160,27 +158,33 @@ def edit_retrieval_stage(
             continue
         counts = {key: int(figures[key]) for key in ("candidates", "proposed", "edited")}
         results[pair] = {**_finite(figures), **counts}
-        # the neighbour grid shows the first source image whose transplant is valid
-        rows = torch.nonzero(shown[:, column[source]] & ~shown[:, column[target]]).flatten()
-        editor = make_editor(labelled, config, kinds=("transplant",), target=pair)
-        edited = editor.apply(gallery[rows], "image", f"transplant:{pair}")
-        valid = edited.valid[:, 0]
-        first = int(rows[valid][0])
-        z = gallery[first: first + 1]
-        after = edited.embeddings[valid][:1, 0]
-        random = editor.apply(z, "image", f"transplant:{pair}", control="random",
-                              generator=torch.Generator().manual_seed(config.seed)).embeddings[:, 0]
-        for label, query in (("original", z), (f"{source} -> {target}", after), ("random edit, same size", random)):
-            order = torch.argsort(-(query @ gallery.T)[0])
-            order = [int(i) for i in order if int(i) != first][:6]
-            images = [dataset.load_image(first)] + [dataset.load_image(i) for i in order]
-            grid_rows.append((f"{pair}: {label}", images, ["query"] + [str(i) for i in range(1, 7)]))
-    if grid_rows:
-        image_grid(grid_rows, grid_path, title="nearest real test images (first column: the source image)")
     texts = torch.from_numpy(embed_texts(encoder, dataset.captions, progress=False))
     editor = make_editor(labelled, config)
     report = edit_report(editor, gallery, "image", texts, n_edits=config.n_edits, seed=config.seed)
     return {"transplants": results, "edit_kinds": {k: _finite(v) for k, v in report.items()}}
+
+
+def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_dir: Path, config: DemoConfig,
+                     figures: Path, pairs: tuple[str, ...] = TRANSPLANTS, n_sources: int = 4, k: int = 6) -> dict:
+    """Per transplant of `pairs` ("source=target") whose concepts own atoms: the neighbour grid over the test images
+    (`lace.experiment.edit_grids`) of the first `n_sources` sources by id, at the strength the edit
+    figures use and at four times it."""
+    dataset = world_split(world_dir, "test", "coco")
+    pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+    gallery = embed_pixels(encoder, pixels)
+    owned = owned_concepts(labelled)
+    strengths = (config.edit.strength, 4 * config.edit.strength)
+    grids = {}
+    for pair in pairs:
+        source, target = pair.split("=")
+        if not {source, target} <= owned:
+            grids[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
+            continue
+        grids[pair] = edit_grid_stage(
+            labelled, gallery, dataset.captions, dataset.caption_image_index, f"transplant:{pair}",
+            dataset.load_image, figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=n_sources, k=k,
+            seed=config.seed, config=dataclasses.replace(config.edit, kinds=("transplant",), target=pair))
+    return grids
 
 
 def _finite(values: dict) -> dict:

@@ -3,7 +3,8 @@
 1. generate the world; 2. pretrain the base on web-like captions (the CLIP that does
 not bind) and report its calibration; 3. fit and label the concept dictionary; 4. edit
 retrieval; 5. fine-tune in every variant from the base with the same data order;
-6. evaluate every model on val, test and test_comp; 7. write the report.
+6. evaluate every model on val, test and test_comp, and on the world's zero-shot tasks;
+7. mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the report.
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from lace.concepts.labelled import load_labelled_dictionary
 from lace.config import config_to_dict
 from lace.data.world import WorldConfig, generate_world
 from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, DemoConfig
-from lace.demo.dictionary_stage import atom_bar_figure, edit_retrieval_stage, fit_dictionary
+from lace.demo.dictionary_stage import (
+    atom_bar_figure,
+    edit_grids_stage,
+    edit_retrieval_stage,
+    fit_dictionary,
+)
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import EditConfig, build_editor
 from lace.encoders import load_encoder
+from lace.eval.runner import EvalConfig
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
     VARIANTS,
@@ -32,6 +39,9 @@ from lace.experiment.variants import (
     uses_rendered,
     variant_config,
 )
+from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
+from lace.experiment.wise_ft import wise_ft_stage
+from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
@@ -41,6 +51,7 @@ def world_config(config: DemoConfig) -> WorldConfig:
                        benchmark_items_per_family=1, png_compression=1, **CALIBRATED_WORLD)
 
 
+# long: the stages in order, each one cached call, so that the whole story reads top to bottom
 def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`.
 
@@ -81,7 +92,14 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     labelled = load_labelled_dictionary(dictionary_dir)
     edit_key = stage_key(dictionary_key, config.edit.strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
-        labelled, encoder, world_dir, vocabulary, config, figures_dir / "edit_retrieval_grid.png"))
+        labelled, encoder, world_dir, vocabulary, config))
+    grids = runner.run("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
+                       lambda: edit_grids_stage(labelled, encoder, world_dir, config, figures_dir))
+    # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
+    zeroshot_config = EvalConfig(benchmarks=("zeroshot",), world=str(world_dir), world_split="test", seed=config.seed,
+                                 zeroshot_root=str(world_zeroshot_root(world_dir, out / "zeroshot")))
+    zeroshot = {"base": runner.run("zeroshot base", stage_key(base_key, "zeroshot"),
+                                   lambda: zeroshot_figures(encoder, "base", zeroshot_config))}
     # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
     # keys include the dictionary's.
@@ -91,6 +109,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
+    finetune_keys: dict[str, str] = {}
     for variant in config.variants:
         own_keys = _own_keys(config, variant, lace_key)
         rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(variant) else None
@@ -103,6 +122,10 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
                 evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))
+            zeroshot[name] = runner.run(f"zeroshot {name}", stage_key(key, "zeroshot"),
+                                        partial(zeroshot_figures, model, name, zeroshot_config))
+            finetune_keys[name] = key
+    wise_ft = _wise_ft(config, runner, out, base_key, finetune_keys, zeroshot_config)
 
     summary = {
         "config": config_to_dict(config),
@@ -110,6 +133,9 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         "base": base,
         "dictionary": dictionary,
         "edit_retrieval": edits,
+        "edit_grids": grids,
+        "zeroshot": zeroshot,
+        "wise_ft": wise_ft,
         "evaluations": evaluations,
         "calibration_targets": CLIP_SUGARCREPE,
         "wall_seconds": dict(runner.wall_times),
@@ -121,6 +147,23 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     summary["wall_seconds"]["report"] = time.perf_counter() - start
     atomic_write_json(out / "results.json", summary)
     return summary
+
+
+WISE_FT_VARIANTS = ("plain", "LACE")
+"""The fine-tunes mixed back into the base for the WiSE-FT trade-off (first seed each)."""
+
+
+def _wise_ft(config: DemoConfig, runner: StageRunner, out: Path, base_key: str, finetune_keys: dict[str, str],
+             zeroshot_config: EvalConfig) -> dict:
+    """Zero-shot against swap-attribute (test split) with plain and LACE mixed into the base at each alpha."""
+    names = {variant: f"{variant} seed {config.seed}" for variant in WISE_FT_VARIANTS}
+    names = {variant: name for variant, name in names.items() if name in finetune_keys}
+    if not names:
+        return {"skipped": f"none of {WISE_FT_VARIANTS} was fine-tuned"}
+    paths = {variant: out / "models" / f"{_slug(variant)}-seed{config.seed}.pt" for variant in names}
+    key = stage_key(base_key, [finetune_keys[name] for name in names.values()], WISE_FT_ALPHAS, "wise-ft")
+    return runner.run("wise_ft", key, lambda: wise_ft_stage(
+        config.model, out / "models" / "base.pt", paths, zeroshot_config, out / "figures" / "wise_ft.png"))
 
 
 def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:

@@ -9,6 +9,7 @@ import numpy as np
 
 from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
 from lace.report.document import Report, Table
+from lace.report.experiment_tables import add_edit_grid, wise_ft_table, zeroshot_table
 from lace.report.plots import grouped_bars, nk_histograms
 
 BINDING_COLUMNS = (
@@ -262,8 +263,25 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     skipped = [f"{pair}: {f['skipped']}" for pair, f in edits["transplants"].items() if "skipped" in f]
     if skipped:
         report.bullets(skipped)
-    if (figures / "edit_retrieval_grid.png").is_file():
-        report.figure("figures/edit_retrieval_grid.png", "nearest real images before, after a transplant, and after a random edit of the same size")
+    report.heading("Edit grids (test images)")
+    report.paragraph("Nearest real test images of several source images before a transplant, after it (at the "
+                     "strength of the figures above and at four times it) and after a random edit of the same size; "
+                     "each row counts the neighbours whose captions name the target.")
+    for pair, grid in summary["edit_grids"].items():
+        add_edit_grid(report, pair, grid)
+
+    report.heading("Zero-shot classification before and after each fine-tune")
+    report.paragraph("The world's built-in tasks (shape and colour of one-object scenes, count of one to four "
+                     "objects), scored as CLIP_benchmark scores an image folder: each class the mean of its prompts.")
+    report.table(zeroshot_table(summary["zeroshot"], "top-1 per task (chance 1/classes), then top-5 and mean per-class recall"))
+    report.heading("WiSE-FT: zero-shot against binding")
+    wise_ft = summary["wise_ft"]
+    if "skipped" in wise_ft:
+        report.bullets([f"WiSE-FT skipped: {wise_ft['skipped']}"])
+    else:
+        report.figure(f"figures/{wise_ft['figure']}", "each fine-tune mixed into the base at alpha "
+                      + ", ".join(f"{alpha:g}" for alpha in wise_ft["alphas"]) + f" (test split; y: {wise_ft['binding_metric']})")
+        report.table(wise_ft_table(wise_ft))
 
     report.heading("Wall time per stage")
     report.table(Table(["stage", "seconds", "reused from cache"],

@@ -97,6 +97,15 @@ class StudyConfig:
     """Named transplants of the edit-retrieval stage (source, target)."""
     strengths: tuple[float, ...] = (1.0, 2.0, 4.0)
     """Transplant strengths."""
+    zeroshot_min_images: int = 5
+    """Test images a class of the caption-derived zero-shot task needs (`lace.study.zeroshot`)."""
+    zeroshot_root: str | None = None
+    """Also score zero-shot on this image folder, one subfolder per class (`lace eval --benchmarks zeroshot`);
+    the caption-derived proxy task (`lace.study.zeroshot`) is always scored."""
+    zeroshot_classnames: str | None = None
+    """Class names of `zeroshot_root` (as `lace eval --zeroshot-classnames` reads them)."""
+    zeroshot_templates: str | None = None
+    """Prompt templates of `zeroshot_root` (as `lace eval --zeroshot-templates` reads them)."""
     neighbours: int = 10
     """Nearest real images looked up per edited image."""
     rule_brittleness_captions: int = 1000

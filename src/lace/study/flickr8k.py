@@ -15,17 +15,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.flickr8k import read_flickr8k
-from lace.edits import build_editor
+from lace.edits import EditConfig, build_editor
 from lace.edits.captions import RuleNegatives
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
+from lace.eval.runner import EvalConfig
+from lace.experiment.edit_grids import edit_grid_stage
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import variant_config
+from lace.experiment.zeroshot import zeroshot_figures
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
 from lace.study.config import HeadsTraining, StudyConfig, heads_from
@@ -47,6 +51,7 @@ from lace.study.heads import (
 from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
+from lace.study.zeroshot import caption_task
 from lace.train import TrainConfig
 
 MARKER = "study.json"
@@ -79,6 +84,7 @@ def _settings_dict(settings: HeadsTraining) -> dict:
     return dataclasses.asdict(settings)
 
 
+# long: the stages in order, each one cached call, so that the whole study reads top to bottom
 def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     """Run (or resume) the study; write results.json, report.md and report.html into `config.out`."""
     config.validate()
@@ -99,9 +105,12 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     wall["features"] = time.perf_counter() - started
     data_key = stage_key(str(config.data), {n: (len(s.image_paths), len(s.captions)) for n, s in splits.items()},
                          test.captions[:5], train.captions[:5])
-    rules = RuleNegatives(load_vocabulary(config.vocabulary))
+    vocabulary = load_vocabulary(config.vocabulary)
+    rules = RuleNegatives(vocabulary)
     started = time.perf_counter()
     texts = _rule_made_bank(encoder, rules, train, test, config, cache_dir)
+    zeroshot_task = caption_task(vocabulary, test, config.zeroshot_min_images)
+    zeroshot_prompts = TextFeatureBank(encoder, zeroshot_task.prompts(), cache_dir, progress=config.progress)
     wall["rule-made captions"] = time.perf_counter() - started
 
     # 2. base heads, chosen on validation ---------------------------------------------
@@ -121,13 +130,22 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     labelled = load_labelled_dictionary(dictionary_folder)
     editor = build_editor(labelled, config.edit)
 
+    zeroshot_config = EvalConfig(benchmarks=("zeroshot",), zeroshot_root=config.zeroshot_root,
+                                 zeroshot_classnames=config.zeroshot_classnames,
+                                 zeroshot_templates=config.zeroshot_templates)
+
     def measure() -> dict:
-        return measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.n_edits,
-                             config.rule_brittleness_captions, config.neighbours)
+        figures = measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.n_edits,
+                                config.rule_brittleness_captions, config.neighbours, zeroshot_task, zeroshot_prompts)
+        if config.zeroshot_root:  # the user's image folder, through the towers and the current heads
+            figures.update({f"zeroshot/{key}": value
+                            for key, value in zeroshot_figures(encoder, "heads", zeroshot_config).items()})
+        return figures
 
     # 3. geometry and brittleness of the base ---------------------------------------------
     measure_key = stage_key(dictionary_key, config.n_edits, config.edit, config.rule_brittleness_captions,
-                            config.items_per_kind, config.neighbours)
+                            config.items_per_kind, config.neighbours, zeroshot_task.summary(), config.zeroshot_root,
+                            config.zeroshot_classnames, config.zeroshot_templates)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
     # 5. edit retrieval --------------------------------------------------------------------
@@ -136,10 +154,14 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
         lambda: {"rows": transplant_retrieval(labelled, test_images, test, rules, config.transplants,
                                               config.strengths, config.neighbours)})
 
-    # 6. fine-tunes from the base -------------------------------------------------------------
+    edit_grids = runner.run(
+        "edit-grids", stage_key(dictionary_key, config.transplants[:1], config.strengths, config.edit),
+        lambda: _edit_grids(labelled, test_images, test, config, out / "figures"))
+
+    # 6. fine-tunes from the base, each saved as a lace-towers heads checkpoint ---------------
     settings = heads_from(base_settings, config.finetune)
     finetunes = _finetunes(encoder, runner, config, train, settings, out / base["checkpoint"], editor,
-                           texts.caption_negatives, measure, measure_key)
+                           texts.caption_negatives, measure, measure_key, out)
     load_heads(encoder, out / base["checkpoint"])
 
     wall.update(runner.wall_times)
@@ -151,12 +173,35 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
                  "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts)},
         "base": base, "base_settings": _settings_dict(base_settings), "finetune_settings": _settings_dict(settings),
         "base_figures": base_figures, "dictionary": dictionary, "edit_retrieval": transplants,
+        "edit_grids": edit_grids, "zeroshot_task": zeroshot_task.summary(),
         "finetunes": finetunes, "summary": summarise(finetunes, base_figures),
         "wall_seconds": wall, "reused_stages": runner.reused, "total_seconds": time.perf_counter() - study_started,
     }
     atomic_write_json(out / "results.json", results)
     write_study_report(results, out)
     return results
+
+
+def _edit_grids(labelled, test_images: torch.Tensor, test: SplitFeatures, config: StudyConfig, figures: Path) -> dict:
+    """The neighbour grid of the study's first named transplant (grass->snow) over the test images, at the
+    weakest and the strongest strength of the edit-retrieval figures."""
+    source, target = config.transplants[0]
+    strengths = (min(config.strengths), max(config.strengths))
+    edit = f"transplant:{source}={target}"
+
+    def load_image(row: int) -> Image.Image:
+        with Image.open(test.image_paths[row]) as image:
+            return image.convert("RGB")
+
+    if source not in labelled.directions.names or target not in labelled.directions.names:
+        return {edit: {"skipped": f"{source} or {target} has no concept direction"}}
+    try:  # the editor of the edit-retrieval figures (`transplant_editor`), at each strength
+        grid = edit_grid_stage(labelled, test_images, test.captions, test.caption_image_index, edit, load_image,
+                               figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=4, k=6,
+                               config=dataclasses.replace(EditConfig(), kinds=("transplant",), target=f"{source}={target}"))
+    except LaceInputError as error:  # e.g. a concept owning no aligned atom: reported, not hidden
+        return {edit: {"skipped": str(error)}}
+    return {edit: grid}
 
 
 def _dictionary_stage(config: StudyConfig, train: tuple, test: tuple, rules: RuleNegatives, folder: Path,
@@ -216,18 +261,22 @@ def _choose_base(encoder: TowersDualEncoder, splits: dict[str, SplitFeatures], g
 
 def _finetunes(encoder: TowersDualEncoder, runner: StageRunner, config: StudyConfig, train: SplitFeatures,
                settings: HeadsTraining, base_checkpoint: Path, editor, caption_negatives: CaptionNegatives,
-               measure, measure_key: str) -> dict[str, list[dict]]:
-    """Every variant of `config.variants` fine-tuned from the base per seed, each measured on test."""
+               measure, measure_key: str, out: Path) -> dict[str, list[dict]]:
+    """Every variant of `config.variants` fine-tuned from the base per seed, each measured on test and
+    saved as `<out>/models/<stage name>.safetensors` (what `lace eval` loads)."""
     finetunes: dict[str, list[dict]] = {}
     for variant in config.variants:
         switches = Switches.of(variant_config(TrainConfig(), variant))
         for seed in range(config.seeds):
-            def finetune_stage(switches=switches, seed=seed) -> dict:
+            name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
+            checkpoint = out / "models" / f"{name}.safetensors"
+
+            def finetune_stage(switches=switches, seed=seed, checkpoint=checkpoint) -> dict:
                 load_heads(encoder, base_checkpoint)
                 summary = train_heads(encoder, train, settings, seed, switches, editor, config.n_edits, caption_negatives)
-                return {"train": summary, "figures": measure()}
+                save_heads(encoder, checkpoint)
+                return {"train": summary, "figures": measure(), "checkpoint": str(checkpoint.relative_to(out))}
 
-            name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
             result = runner.run(name, stage_key(measure_key, _settings_dict(settings), variant, seed), finetune_stage)
             finetunes.setdefault(variant, []).append(result)
     return finetunes

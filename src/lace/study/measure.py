@@ -25,6 +25,7 @@ from lace.study.features import (
     TextFeatureBank,
 )
 from lace.study.heads import embed_split
+from lace.study.zeroshot import class_embeddings
 
 # SugarCrepe's file names for the rule kinds that have a counterpart there (it also has
 # add_att / add_obj, which a replace-or-swap rule editor cannot make).
@@ -95,16 +96,25 @@ def measure_model(
     n_edits: int = 4,
     rule_captions: int = 1000,
     k: int = 10,
+    zeroshot_task=None,
+    zeroshot_prompts: TextFeatureBank | None = None,
 ) -> dict:
     """Figures of one model on `test`; flat names as `lace eval` writes them, plus
-    `sugarcrepe_style/<kind>` and `nk/{i2t,t2i}` (the N_k of every gallery item)."""
+    `sugarcrepe_style/<kind>`, `nk/{i2t,t2i}` (the N_k of every gallery item) and, given a
+    `lace.study.zeroshot.CaptionTask` and the bank holding its prompts, `zeroshot/captions/*`."""
     images, texts = embed_split(encoder, test)
     negatives = encoder.head_text(bank.lookup([item["negative_caption"] for item in items])) if items else None
     measures = ("geometry", "rule_brittleness") + (("counterfactual_brittleness",) if editor is not None else ())
     split = MeasuredSplit(images, texts, test.caption_image_index, test.captions, BankTextEncoder(encoder, bank))
+    classes = None
+    if zeroshot_task is not None and zeroshot_task.classes:
+        prompts = encoder.head_text(zeroshot_prompts.lookup(zeroshot_task.prompts()))  # (C * T, d)
+        classes = class_embeddings(prompts, len(zeroshot_task.classes))
+        measures += ("zeroshot",)
     return measure(split, MeasureConfig(measures + ("sugarcrepe_style", "n_k"), k=k, n_edits=n_edits,
                                         rule_captions=rule_captions, seed=0),
-                   rules=rules, editor=editor, items=items, negatives=negatives)
+                   rules=rules, editor=editor, items=items, negatives=negatives, zeroshot_task=zeroshot_task,
+                   zeroshot_classes=classes)
 
 
 @register("sugarcrepe_style")

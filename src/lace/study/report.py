@@ -9,6 +9,7 @@ from PIL import Image
 
 from lace.report import plots
 from lace.report.document import Report, Table, format_cell
+from lace.report.experiment_tables import add_edit_grid, zeroshot_table
 
 RETRIEVAL = ("i2t/R@1", "i2t/R@5", "i2t/R@10", "t2i/R@1", "t2i/R@5", "t2i/R@10")
 GEOMETRY = ("hubness/i2t/skewness", "hubness/t2i/skewness", "hubness/i2t/hub_occupancy",
@@ -175,6 +176,12 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
         report.figure(grid.relative_to(out), "Each row: the source test image, then the nearest real test images "
                                              "to its transplanted embedding.")
 
+    report.paragraph("The seed's figure on these photographs: several test images, the first by id whose captions name "
+                     "the source and not the target, with their nearest real test images before the transplant, after "
+                     "it at the weakest and the strongest strength above, and after a random edit of the same size.")
+    for name, grid in results["edit_grids"].items():
+        add_edit_grid(report, name, grid)
+
     # 6. fine-tunes ------------------------------------------------------------------------------
     report.heading("6. Fine-tunes from the base")
     settings = results["finetune_settings"]
@@ -202,6 +209,16 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
             figures_dir / f"finetune_{name}.png", f"Fine-tunes: {name}", ylabel,
             errors={m: {v: summary[v][m]["std"] for v in variants} for m in metrics})
         report.figure(bars.relative_to(out), f"Fine-tunes: {name} (mean ± std over seeds).")
+    task = results["zeroshot_task"]
+    report.paragraph(
+        "Zero-shot classification before and after every fine-tune. Flickr8k has no class labels, so the task is a "
+        "proxy derived from the test captions: the classes are the vocabulary's objects; an image belongs to a class "
+        f"when that object is the only one named by at least {task['consensus']:.0%} of its captions, and a class "
+        f"needs {task['min_images']} such images ({len(task['classes'])} classes, {task['images']} images: "
+        + ", ".join(f"{c} {n}" for c, n in task["images_per_class"].items()) + "); other images are left out. "
+        "Each class is the mean of the prompts " + " / ".join(f"'{t}'" for t in task["templates"]) + ". Columns "
+        "`captions/*` are this task; any other task is the image folder given with --zeroshot-root.")
+    report.table(zeroshot_table(zeroshot_by_model(results), "top-1 per task, then top-5 and mean per-class recall"))
     counts = {"base": np.asarray(base_figures["nk/i2t"])}
     counts.update({v: np.asarray(runs[0]["figures"]["nk/i2t"]) for v, runs in results["finetunes"].items()})
     histogram = plots.nk_histograms(counts, figures_dir / "nk_i2t.png", "N_10 of captions (image queries)", 10)
@@ -226,6 +243,17 @@ CAVEATS = (
 COMPARED = (("i2t/R@1", "higher"), ("t2i/R@1", "higher"), ("hubness/i2t/skewness", "lower"),
             ("one_way/image", "lower"), ("brittleness/rule/all", "lower"), ("brittleness/counterfactual/all", "lower"),
             ("sugarcrepe_style/mean", "higher"))
+
+
+def zeroshot_by_model(results: dict) -> dict[str, dict]:
+    """Model ("base", "<variant> seed <s>") -> its `zeroshot/*` figures, prefix dropped."""
+    def zeroshot(figures: dict) -> dict:
+        return {key.removeprefix("zeroshot/"): value for key, value in figures.items() if key.startswith("zeroshot/")}
+
+    models = {"base": zeroshot(results["base_figures"])}
+    for variant, runs in results["finetunes"].items():
+        models.update({f"{variant} seed {seed}": zeroshot(run["figures"]) for seed, run in enumerate(runs)})
+    return models
 
 
 def base_statement(results: dict) -> list[str]:

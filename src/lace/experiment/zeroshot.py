@@ -1,0 +1,41 @@
+"""Zero-shot classification of one model, as the demo and the study run it before and after every fine-tune.
+
+One call per model (not per split): `lace eval --benchmarks zeroshot` on a world's built-in
+tasks (shape, colour, count) or on an image folder with one subfolder per class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from lace.data.world.zeroshot import ensure_zeroshot_tasks
+from lace.encoders.base import DualEncoder
+from lace.eval.runner import EvalConfig, run_evaluation
+from lace.io import atomic_write_bytes
+from lace.report.wise_ft import zeroshot_top1
+
+MEAN_TOP1 = "mean over tasks/top1"
+
+
+def zeroshot_figures(encoder: DualEncoder, name: str, config: EvalConfig) -> dict[str, float | None]:
+    """`<task>/top1`, `<task>/top5` and `<task>/mean_per_class_recall` of `encoder` on the zero-shot tasks
+    `config` points at (`world` or `zeroshot_root`), and `MEAN_TOP1` over the tasks; NaN figures (top-5
+    with < 5 classes) become None."""
+    config = dataclasses.replace(config, benchmarks=("zeroshot",), diagnostics=False)
+    figures = run_evaluation(encoder, config, model=name)["benchmarks"]["zeroshot"]
+    figures = {key: (None if value is None or math.isnan(value) else float(value)) for key, value in figures.items()}
+    return {**figures, MEAN_TOP1: zeroshot_top1({"zeroshot": figures})}
+
+
+def world_zeroshot_root(world_dir: str | Path, folder: str | Path, per_class: int = 20) -> Path:
+    """`folder`, holding a copy of the world's `world.json` and its zero-shot tasks (written once), so that a
+    world shared read-only between runs is never written to. Pass it as `EvalConfig.zeroshot_root`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source, copy = Path(world_dir) / "world.json", folder / "world.json"
+    if not copy.is_file() or copy.read_bytes() != source.read_bytes():
+        atomic_write_bytes(copy, source.read_bytes())
+    ensure_zeroshot_tasks(folder, per_class)
+    return folder
