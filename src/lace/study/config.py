@@ -34,8 +34,8 @@ class HeadsTraining:
     """Linear warm-up steps."""
     init_temperature: float = 0.07
     """Initial temperature (the logit scale starts at 1 / temperature and is learned)."""
-    grad_clip_norm: float | None = None
-    """Clip the global gradient norm to this value, as `lace train` does (None: no clipping, the study's setting)."""
+    grad_clip_norm: float | None = 1.0
+    """Clip the global gradient norm to this value, as `lace train` does (None: no clipping)."""
 
     def validate(self, where: str = "heads training") -> HeadsTraining:
         if self.epochs <= 0 or self.batch_size < 2 or self.lr <= 0 or not 0 <= self.dropout < 1:

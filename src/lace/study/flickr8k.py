@@ -28,7 +28,6 @@ from lace.eval.metrics import retrieval_recall
 from lace.eval.runner import EvalConfig
 from lace.experiment.edit_grids import edit_grid_stage
 from lace.experiment.stages import StageRunner, stage_key
-from lace.experiment.variants import variant_config
 from lace.experiment.zeroshot import zeroshot_figures
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
@@ -41,18 +40,16 @@ from lace.study.features import (
 )
 from lace.study.heads import (
     CaptionNegatives,
-    Switches,
     embed_split,
     fresh_heads,
     load_heads,
     save_heads,
-    train_heads,
+    train_on_features,
 )
 from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
 from lace.study.zeroshot import caption_task
-from lace.train import TrainConfig
 
 MARKER = "study.json"
 
@@ -246,7 +243,7 @@ def _choose_base(encoder: TowersDualEncoder, splits: dict[str, SplitFeatures], g
     rows, best, best_score = [], -1, -1.0
     for i, settings in enumerate(grid):
         fresh_heads(encoder, settings, seed=0)
-        summary = train_heads(encoder, splits["train"], settings, seed=0)
+        summary = train_on_features(encoder, splits["train"], settings, seed=0)
         images, texts = embed_split(encoder, splits["val"])
         recall = retrieval_recall(images, texts, splits["val"].caption_image_index)
         score = 0.5 * (recall["i2t/R@1"] + recall["t2i/R@1"])
@@ -266,14 +263,14 @@ def _finetunes(encoder: TowersDualEncoder, runner: StageRunner, config: StudyCon
     saved as `<out>/models/<stage name>.safetensors` (what `lace eval` loads)."""
     finetunes: dict[str, list[dict]] = {}
     for variant in config.variants:
-        switches = Switches.of(variant_config(TrainConfig(), variant))
         for seed in range(config.seeds):
             name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
             checkpoint = out / "models" / f"{name}.safetensors"
 
-            def finetune_stage(switches=switches, seed=seed, checkpoint=checkpoint) -> dict:
+            def finetune_stage(variant=variant, seed=seed, checkpoint=checkpoint) -> dict:
                 load_heads(encoder, base_checkpoint)
-                summary = train_heads(encoder, train, settings, seed, switches, editor, config.n_edits, caption_negatives)
+                summary = train_on_features(encoder, train, settings, seed, variant, editor, config.n_edits,
+                                            caption_negatives, config.vocabulary)
                 save_heads(encoder, checkpoint)
                 return {"train": summary, "figures": measure(), "checkpoint": str(checkpoint.relative_to(out))}
 

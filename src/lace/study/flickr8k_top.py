@@ -41,7 +41,7 @@ from lace.eval.metrics import retrieval_recall
 from lace.io import atomic_write_json
 from lace.study.config import DEFAULT_BASE_GRID, HeadsTraining
 from lace.study.features import SplitFeatures
-from lace.study.heads import embed_split, fresh_heads, train_heads
+from lace.study.heads import embed_split, fresh_heads, train_on_features
 from lace.study.top_training import TopSplit, TopTraining, embed_top_split, train_top
 
 
@@ -108,7 +108,7 @@ def heads_base(top: TowersTop, split: TopSplit, settings: HeadsTraining) -> dict
     encoder = top.encoder
     encoder.unlock_top_blocks(0, 0)
     fresh_heads(encoder, settings, seed=0)
-    summary = train_heads(encoder, pooled_features(top, split), settings, seed=0)
+    summary = train_on_features(encoder, pooled_features(top, split), settings, seed=0)
     encoder.unlock_top_blocks(*top.unlocked_blocks)
     return summary
 
@@ -124,7 +124,7 @@ def locked_reference(data: str, cache: str, out: str, split: str, candidates: li
     for i in candidates:
         settings = DEFAULT_BASE_GRID[i]
         fresh_heads(encoder, settings, seed=0)
-        summary = train_heads(encoder, pooled["train"], settings, seed=0)
+        summary = train_on_features(encoder, pooled["train"], settings, seed=0)
         val = retrieval_recall(*embed_split(encoder, pooled["val"]), pooled["val"].caption_image_index)
         score = 0.5 * (val["i2t/R@1"] + val["t2i/R@1"])
         row = {"candidate": i, "settings": dataclasses.asdict(settings), "train": summary, "val": val, "val_mean_R@1": score}

@@ -1,17 +1,17 @@
-"""Heads-only training on cached tower features: the plain loss, LACE and rule negatives.
+"""Heads-only training on cached tower features, through the project trainer.
 
-The project trainer (`lace.train.train`) runs the whole encoder on pixels and tokens
-each step; with the towers locked that would recompute identical tower features every
-step, so this loop trains the heads on the cached features instead. It keeps the
-trainer's pieces: the seeded `TrainingOrder` (every variant sees the same pairs in the
-same batches), `counterfactual_negatives` with the frozen editor, `lace_loss`,
-open_clip's AdamW grouping, the cosine schedule and the logit-scale clamp.
+With the towers locked, running them every step would recompute identical tower features,
+so the study hands `lace.train.train` the cached features (`FeaturePairs`) and its
+`lace-towers` encoder: the trainer's seeded `TrainingOrder` (every variant sees the same
+pairs in the same batches), counterfactual and rule-made caption negatives, `lace_loss`,
+open_clip's AdamW grouping, the cosine schedule, gradient clipping and the logit-scale clamp.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +23,11 @@ from lace.encoders.towers import image_tower, text_tower
 from lace.encoders.towers.checkpoint import read_checkpoint, save_heads_checkpoint
 from lace.encoders.towers.heads import ProjectionHead
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
-from lace.losses import lace_loss
+from lace.experiment.variants import variant_config
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures
-from lace.train.data import TrainingOrder
-from lace.train.negatives import counterfactual_negatives
-from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
+from lace.train import TrainConfig, train
+from lace.train.data import FeaturePairs
 
 
 @dataclass
@@ -39,90 +38,41 @@ class CaptionNegatives:
     valid: torch.Tensor
 
 
-@dataclass(frozen=True)
-class Switches:
-    """What a run adds to the plain loss."""
-
-    counterfactual_captions: bool = False
-    counterfactual_images: bool = False
-    rule_negatives: bool = False
-
-    @classmethod
-    def of(cls, config) -> Switches:
-        """The switches of a `TrainConfig` (its rule-made caption negatives read from cached features)."""
-        return cls(config.counterfactual_captions, config.counterfactual_images, config.caption_negatives)
+def heads_train_config(settings: HeadsTraining, n_images: int, seed: int, variant: str, n_edits: int,
+                       vocabulary: str, output: str | Path) -> TrainConfig:
+    """The `TrainConfig` of one heads run: `settings`' optimiser and schedule, `variant`'s switches."""
+    config = TrainConfig(
+        model="lace-towers", output=str(output), overwrite=True, device="cpu", seed=seed, lr=settings.lr,
+        weight_decay=settings.weight_decay, epochs=settings.epochs, batch_size=min(settings.batch_size, n_images),
+        warmup_steps=settings.warmup_steps, grad_clip_norm=settings.grad_clip_norm, n_edits=n_edits,
+        vocabulary=vocabulary, checkpoint_every=0, keep_checkpoints=1, log_every=1, precision="fp32")
+    return variant_config(config, variant)
 
 
-def caption_rows_by_image(caption_image_index: np.ndarray, n_images: int) -> list[np.ndarray]:
-    """For each image, the rows of its captions."""
-    order = np.argsort(caption_image_index, kind="stable")
-    bounds = np.searchsorted(caption_image_index[order], np.arange(n_images + 1))
-    return [order[bounds[i]:bounds[i + 1]] for i in range(n_images)]
-
-
-def train_heads(
-    encoder: TowersDualEncoder,
-    train: SplitFeatures,
-    settings: HeadsTraining,
-    seed: int,
-    switches: Switches = Switches(),
-    editor=None,
-    n_edits: int = 4,
-    caption_negatives: CaptionNegatives | None = None,
-) -> dict:
-    """Train `encoder`'s heads and logit scale in place; return a summary of the run.
+def train_on_features(encoder: TowersDualEncoder, train_split: SplitFeatures, settings: HeadsTraining, seed: int,
+                      variant: str = "plain", editor=None, n_edits: int = 4,
+                      caption_negatives: CaptionNegatives | None = None, vocabulary: str = "natural",
+                      progress: bool = False) -> dict:
+    """Train `encoder`'s heads and logit scale in place with `lace.train.train`; return a summary of the run.
 
     The data order depends only on `seed`, the number of images and the batch size.
     """
-    if (switches.counterfactual_captions or switches.counterfactual_images) and editor is None:
-        raise ValueError("counterfactual negatives need an editor")
-    if switches.rule_negatives and caption_negatives is None:
-        raise ValueError("rule negatives need the cached features of rule-made captions")
-    torch.manual_seed(seed)  # dropout draws
-    rows_of_image = caption_rows_by_image(train.caption_image_index, len(train.image_paths))
-    order = TrainingOrder([len(r) for r in rows_of_image], min(settings.batch_size, len(rows_of_image)), seed)
-    total_steps = max(1, math.ceil(settings.epochs * order.batches_per_epoch))
-    optimizer = build_optimizer(encoder, settings.lr, settings.weight_decay, (0.9, 0.98), 1e-6)
-    encoder.train()
-    losses, started = [], time.perf_counter()
-    valid_rows = {"caption": 0.0, "image": 0.0}
-    for step in range(total_steps):
-        set_lr(optimizer, cosine_lr(step, settings.lr, settings.warmup_steps, total_steps))
-        samples = order.micro_batch(step)
-        image_rows = torch.tensor([s.index for s in samples])
-        caption_rows = torch.tensor([int(rows_of_image[s.index][s.caption]) for s in samples])
-        U, V, scale = encoder.forward_features(train.image_features[image_rows], train.text_features[caption_rows])
-        negatives = None
-        if editor is not None and (switches.counterfactual_captions or switches.counterfactual_images):
-            generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 2, step]).generate_state(1)[0]))
-            negatives = counterfactual_negatives(editor, U, V, n_edits, switches.counterfactual_captions,
-                                                 switches.counterfactual_images, "dictionary", generator)
-        caption_extra, caption_valid = (negatives.caption_negatives, negatives.caption_valid) if negatives else (None, None)
-        image_extra, image_valid = (negatives.image_negatives, negatives.image_valid) if negatives else (None, None)
-        if switches.rule_negatives:
-            made = encoder.head_text(caption_negatives.features[caption_rows]).unsqueeze(1)  # (B, 1, d)
-            made_valid = caption_negatives.valid[caption_rows].unsqueeze(1)  # (B, 1)
-            caption_extra = made if caption_extra is None else torch.cat([caption_extra, made], dim=1)
-            caption_valid = made_valid if caption_valid is None else torch.cat([caption_valid, made_valid], dim=1)
-        if caption_valid is not None:
-            valid_rows["caption"] += float(caption_valid.any(dim=1).float().mean())
-        if image_valid is not None:
-            valid_rows["image"] += float(image_valid.any(dim=1).float().mean())
-        loss = lace_loss(U, V, scale, caption_extra, caption_valid, image_extra, image_valid)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if settings.grad_clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(encoder.parameters(), settings.grad_clip_norm)
-        optimizer.step()
-        clamp_logit_scale(encoder.logit_scale)
-        losses.append(loss.item())
+    pairs = FeaturePairs(train_split.image_features, train_split.text_features, train_split.caption_image_index,
+                         caption_negatives.features if caption_negatives else None,
+                         caption_negatives.valid if caption_negatives else None)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lace-heads-") as folder:
+        config = heads_train_config(settings, len(pairs), seed, variant, n_edits, vocabulary, Path(folder) / "run")
+        result = train(config, editor=editor, dataset=pairs, progress=progress, encoder=encoder)
+        steps = [json.loads(line) for line in result.metrics_path.read_text(encoding="utf-8").splitlines()]
     encoder.eval()
-    tail = losses[-max(1, len(losses) // 10):]
+    tail = steps[-max(1, len(steps) // 10):]
     return {
-        "steps": total_steps, "seconds": time.perf_counter() - started, "final_loss": float(np.mean(tail)),
+        "steps": result.steps, "seconds": time.perf_counter() - started,
+        "final_loss": float(np.mean([s["loss"] for s in tail])),
         "logit_scale": encoder.logit_scale.exp().item(),
-        "caption_negative_rows": valid_rows["caption"] / total_steps,
-        "image_negative_rows": valid_rows["image"] / total_steps,
+        "caption_negative_rows": float(np.mean([s["caption_negatives_valid_rows"] for s in steps])),
+        "image_negative_rows": float(np.mean([s["image_negatives_valid_rows"] for s in steps])),
     }
 
 

@@ -1,8 +1,8 @@
 """Training glue for `TowersTop` on cached intermediates: the plain contrastive loop and embedding.
 
 The one place that feeds cached image maps and token states to a `TowersTop`; it follows
-`lace.study.heads.train_heads` (seeded `TrainingOrder`, cosine schedule with warm-up,
-AdamW with open_clip's decay rule, logit-scale clamp, `lace_loss`), with one learning
+the project trainer (seeded `TrainingOrder`, cosine schedule with warm-up, AdamW with
+open_clip's decay rule, logit-scale clamp, `lace_loss`; no gradient clipping), with one learning
 rate for the heads and a scaled one for the pretrained top layers. Meant to move onto the
 project trainer's cached-feature path when it has one.
 """
@@ -19,8 +19,7 @@ import torch
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import TokenStates
 from lace.losses import lace_loss
-from lace.study.heads import caption_rows_by_image
-from lace.train.data import TrainingOrder
+from lace.train.data import TrainingOrder, caption_rows_by_image
 from lace.train.optim import clamp_logit_scale, cosine_lr, excluded_from_weight_decay
 
 

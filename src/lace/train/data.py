@@ -160,6 +160,69 @@ class TensorPairs(Dataset):
         return self.pixels[sample.index], self.captions[sample.index][sample.caption], sample.index
 
 
+def caption_rows_by_image(caption_image_index: np.ndarray, n_images: int) -> list[np.ndarray]:
+    """For each image, the rows of its captions."""
+    order = np.argsort(caption_image_index, kind="stable")
+    bounds = np.searchsorted(caption_image_index[order], np.arange(n_images + 1))
+    return [order[bounds[i]:bounds[i + 1]] for i in range(n_images)]
+
+
+class FeaturePairs(Dataset):
+    """Cached tower features of images and captions, for training the heads of a `lace-towers` model.
+
+    image_features: (N_img, F_img); text_features: (N_txt, F_txt); caption_image_index: (N_txt,) the
+    image of each caption. negative_features (N_txt, F_txt) and negative_valid (N_txt,) bool: the
+    cached features of one rule-made negative per caption (optional; `caption_negatives` needs them).
+    """
+
+    def __init__(self, image_features: Tensor, text_features: Tensor, caption_image_index: np.ndarray,
+                 negative_features: Tensor | None = None, negative_valid: Tensor | None = None):
+        if text_features.shape[0] != len(caption_image_index) or (
+                negative_features is not None and negative_features.shape[0] != text_features.shape[0]):
+            raise LaceInputError(
+                f"cached training features: expected one image index (and negative) per caption row, got "
+                f"{text_features.shape[0]} captions and {len(caption_image_index)} image indices"
+            )
+        self.image_features, self.text_features = image_features, text_features
+        self.negative_features, self.negative_valid = negative_features, negative_valid
+        self.rows_of_image = caption_rows_by_image(np.asarray(caption_image_index), image_features.shape[0])
+        if any(len(rows) == 0 for rows in self.rows_of_image):
+            raise LaceInputError("cached training features: every image needs at least one caption")
+
+    def __len__(self) -> int:
+        return self.image_features.shape[0]
+
+    @property
+    def n_captions(self) -> list[int]:
+        return [len(rows) for rows in self.rows_of_image]
+
+    def __getitem__(self, sample: Sample) -> tuple[int, int]:
+        return sample.index, int(self.rows_of_image[sample.index][sample.caption])
+
+    def collate(self, samples: list[tuple[int, int]]) -> FeatureBatch:
+        """The feature rows of a micro-batch's (image, caption row) pairs."""
+        image_rows = torch.tensor([s[0] for s in samples])
+        caption_rows = torch.tensor([s[1] for s in samples])
+        negatives = valid = None
+        if self.negative_features is not None:
+            negatives, valid = self.negative_features[caption_rows], self.negative_valid[caption_rows]
+        return FeatureBatch(self.image_features[image_rows], self.text_features[caption_rows],
+                            image_rows.tolist(), negatives, valid)
+
+
+@dataclass
+class FeatureBatch:
+    """image_features (B, F_img); text_features (B, F_txt); indices: B image rows;
+    negative_features (B, F_txt) and negative_valid (B,): one rule-made negative per caption, or None."""
+
+    image_features: Tensor
+    text_features: Tensor
+    indices: list[int]
+    negative_features: Tensor | None = None
+    negative_valid: Tensor | None = None
+    skipped: int = 0
+
+
 @dataclass
 class Batch:
     """pixels (B, 3, H, W); captions B strings; indices (B,) dataset rows; skipped: dropped images."""

@@ -4,6 +4,10 @@ One optimiser step = `grad_accumulation` micro-batches of `batch_size` pairs (gl
 each its own contrastive loss. Per micro-batch: encode images and captions (plus any
 rule-made captions, in the same text pass), make the counterfactual negatives, gather
 the embeddings of all processes, and take the LACE loss of this process's rows.
+
+With `FeaturePairs` (cached tower features) and a `lace-towers` encoder passed in, a
+micro-batch skips the towers: the heads map the cached image and caption features (and the
+cached features of the rule-made captions) into the joint space, and the rest is the same.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from lace.losses import clip_loss, lace_loss
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
 from lace.train.data import (
+    FeatureBatch,
+    FeaturePairs,
     ImagePairs,
     RankBatches,
     TensorPairs,
@@ -93,31 +99,35 @@ def resolve_device(device: str) -> str:
 def train(
     config: TrainConfig,
     editor=None,
-    dataset: ImageTextDataset | TensorPairs | None = None,
+    dataset: ImageTextDataset | TensorPairs | FeaturePairs | None = None,
     progress: bool = True,
     on_batch: Callable[[int, list[int]], None] | None = None,
     local_editor=None,
     rendered: RenderedNegatives | None = None,
+    encoder: DualEncoder | None = None,
 ) -> TrainResult:
     """Train `config.model` on `dataset` (default: read `config.data`) as `config` says.
 
     Args:
         editor: a `lace.edits.CounterfactualEditor` (default: built from `config.dictionary`
             and `config.vocabulary` when counterfactuals are on).
-        dataset: an `ImageTextDataset`, in-memory `TensorPairs`, or None to read `config.data`.
+        dataset: an `ImageTextDataset`, in-memory `TensorPairs`, cached tower `FeaturePairs`, or None
+            to read `config.data`.
         on_batch: called as `on_batch(micro_batch_number, dataset_indices)` for every
             micro-batch this process trains on (to record the data order).
         local_editor: the fitted local image editor of `local_image_negatives` (default: fitted on the
             training images before the first step).
         rendered: the ceiling arm's `RenderedNegatives`, one per training image (default: rendered from
             the shapes world that `config.data` lies in).
+        encoder: the model to train in place (default: `load_encoder(config.model, config.pretrained)`);
+            `FeaturePairs` need a `lace-towers` encoder here.
     Runs distributed when started by torchrun (environment variables set).
     """
     config.validate()
     already_initialised = dist.is_available() and dist.is_initialized()
     context = init_distributed(resolve_device(config.device))
     try:
-        return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered).run()
+        return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder).run()
     finally:
         if not already_initialised:
             shutdown_distributed()
@@ -128,7 +138,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, context: DistributedContext, editor, dataset, progress: bool,
                  on_batch: Callable[[int, list[int]], None] | None, local_editor=None,
-                 rendered: RenderedNegatives | None = None):
+                 rendered: RenderedNegatives | None = None, encoder: DualEncoder | None = None):
         self.config, self.context, self.progress, self.on_batch = config, context, progress, on_batch
         self.device = context.device
         if config.batch_size % context.world_size:
@@ -138,8 +148,13 @@ class Trainer:
             )
         self.run_dir = self._prepare_run_dir()
         torch.manual_seed(config.seed)  # the same initial weights in every process and every ablation
-        self.encoder = load_encoder(config.model, config.pretrained, device="cpu").to(self.device)
+        if encoder is None:
+            encoder = load_encoder(config.model, config.pretrained, device="cpu")
+        self.encoder = encoder.to(self.device)
         self.pairs, self.skipped_images = self._training_pairs(dataset)
+        self.features = isinstance(self.pairs, FeaturePairs)
+        if self.features:
+            self._check_feature_run()
         self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
         self.total_steps = config.steps
         if config.epochs is not None:
@@ -149,7 +164,7 @@ class Trainer:
             self.editor = editor if editor is not None else run_editor(config, self.encoder)
             check_editor_dimension(self.editor, self.encoder.embed_dim, config.dictionary or "editor")
         self.rules = None
-        if config.uses_rule_captions:
+        if config.uses_rule_captions and not self.features:
             self.rules = RuleNegatives(load_vocabulary(config.vocabulary), config.rule_negative_kinds)
         self.local_editor = local_editor
         if config.local_image_negatives and local_editor is None:
@@ -192,9 +207,25 @@ class Trainer:
         barrier(self.context)
         return run_dir
 
-    def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs, int]:
+    def _check_feature_run(self) -> None:
+        """Refuse what a run over cached tower features cannot do."""
+        config, where = self.config, "train config (cached tower features)"
+        if not hasattr(self.encoder, "forward_features"):
+            raise LaceInputError(f"{where}: field 'model': expected a lace-towers encoder passed in, "
+                                 f"got {type(self.encoder).__name__}")
+        if self.context.enabled:
+            raise LaceInputError(f"{where}: expected one process (got {self.context.world_size})")
+        if config.caption_negatives and self.pairs.negative_features is None:
+            raise LaceInputError(f"{where}: field 'caption_negatives': expected the cached features of the "
+                                 "rule-made captions in the FeaturePairs")
+        unsupported = [name for name in ("paired_caption_directions", "local_image_negatives",
+                                         "local_caption_swaps", "rendered_negatives") if getattr(config, name)]
+        if unsupported:
+            raise LaceInputError(f"{where}: fields {unsupported}: expected off (they need pixels or tokens)")
+
+    def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs | FeaturePairs, int]:
         config = self.config
-        if isinstance(dataset, TensorPairs):
+        if isinstance(dataset, (TensorPairs, FeaturePairs)):
             return dataset, 0
         if dataset is None:
             if config.data is None:
@@ -274,37 +305,11 @@ class Trainer:
 
     def _micro_step(self, batch, number: int) -> tuple[torch.Tensor, dict]:
         config = self.config
-        n = len(batch.captions)
-        texts = batch.captions
-        rule_valid = None
-        epoch = number // self.order.batches_per_epoch
-        if self.rules is not None:
-            keys = [(config.seed, epoch, index) for index in batch.indices]
-            rule_texts, rule_valid = rule_made_captions(self.rules, batch.captions, keys,
-                                                        config.rule_negatives_per_caption)
-            texts = batch.captions + rule_texts
-        tokens = self.encoder.tokenize(texts)
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        with autocast:
-            U, all_texts, scale = self.model(batch.pixels.to(self.device, non_blocking=True),
-                                             tokens.to(self.device, non_blocking=True))
-        U, all_texts, scale = U.float(), all_texts.float(), scale.float()
-        V = all_texts[:n]  # (B, d)
-        negatives = Negatives()
-        if self.editor is not None:
-            generator = torch.Generator(self.device).manual_seed(
-                int(np.random.SeedSequence([config.seed, 2, number, self.context.rank]).generate_state(1)[0]))
-            negatives = counterfactual_negatives(
-                self.editor, U, V, config.n_edits, config.counterfactual_captions, config.counterfactual_images,
-                config.counterfactual_source, generator)
-        if rule_valid is not None:
-            rule_texts = all_texts[n:].view(n, config.rule_negatives_per_caption, -1)  # (B, R, d)
-            if config.caption_negatives:
-                negatives.add_captions(rule_texts, rule_valid.to(self.device))
-            if config.paired_caption_directions:
-                negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid.to(self.device))
-        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            self._local_and_rendered(negatives, batch, tokens, epoch)
+        if isinstance(batch, FeatureBatch):
+            U, V, scale, negatives = self._embed_features(batch, number)
+        else:
+            U, V, scale, negatives = self._embed_pixels(batch, number)
+        n = U.shape[0]
         gallery_images, offset = gather_with_grad(U, self.context)
         gallery_texts, _ = gather_with_grad(V, self.context)
         loss = lace_loss(U, V, scale, negatives.caption_negatives, negatives.caption_valid,
@@ -324,6 +329,57 @@ class Trainer:
                  "image_valid": _valid_rows(negatives.image_valid)}
         return loss, stats
 
+    def _embed_pixels(self, batch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Negatives]:
+        """Encode a micro-batch of pixels and captions (plus rule-made captions): U, V (B, d), the scale and
+        the negatives."""
+        config = self.config
+        n = len(batch.captions)
+        texts = batch.captions
+        rule_valid = None
+        epoch = number // self.order.batches_per_epoch
+        if self.rules is not None:
+            keys = [(config.seed, epoch, index) for index in batch.indices]
+            rule_texts, rule_valid = rule_made_captions(self.rules, batch.captions, keys,
+                                                        config.rule_negatives_per_caption)
+            texts = batch.captions + rule_texts
+        tokens = self.encoder.tokenize(texts)
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        with autocast:
+            U, all_texts, scale = self.model(batch.pixels.to(self.device, non_blocking=True),
+                                             tokens.to(self.device, non_blocking=True))
+        U, all_texts, scale = U.float(), all_texts.float(), scale.float()
+        V = all_texts[:n]  # (B, d)
+        negatives = self._counterfactuals(U, V, number)
+        if rule_valid is not None:
+            rule_texts = all_texts[n:].view(n, config.rule_negatives_per_caption, -1)  # (B, R, d)
+            if config.caption_negatives:
+                negatives.add_captions(rule_texts, rule_valid.to(self.device))
+            if config.paired_caption_directions:
+                negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid.to(self.device))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            self._local_and_rendered(negatives, batch, tokens, epoch)
+        return U, V, scale, negatives
+
+    def _embed_features(self, batch: FeatureBatch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                          Negatives]:
+        """The heads over a micro-batch of cached tower features: U, V (B, d), the scale and the negatives."""
+        U, V, scale = self.encoder.forward_features(batch.image_features.to(self.device),
+                                                    batch.text_features.to(self.device))
+        negatives = self._counterfactuals(U, V, number)
+        if self.config.caption_negatives:
+            made = self.encoder.head_text(batch.negative_features.to(self.device))  # (B, d)
+            negatives.add_captions(made.unsqueeze(1), batch.negative_valid.to(self.device).unsqueeze(1))
+        return U, V, scale, negatives
+
+    def _counterfactuals(self, U: torch.Tensor, V: torch.Tensor, number: int) -> Negatives:
+        """The editor's counterfactual negatives of micro-batch `number` (none without an editor)."""
+        config = self.config
+        if self.editor is None:
+            return Negatives()
+        generator = torch.Generator(self.device).manual_seed(
+            int(np.random.SeedSequence([config.seed, 2, number, self.context.rank]).generate_state(1)[0]))
+        return counterfactual_negatives(self.editor, U, V, config.n_edits, config.counterfactual_captions,
+                                        config.counterfactual_images, config.counterfactual_source, generator)
     def _local_and_rendered(self, negatives: Negatives, batch, tokens: torch.Tensor, epoch: int) -> None:
         """Add LACE-local's and the ceiling arm's negatives of this micro-batch to `negatives`."""
         config, clip = self.config, self.encoder.model
@@ -350,7 +406,7 @@ class Trainer:
             self.pairs,
             batch_sampler=RankBatches(self.order, self.step * accumulation, self.total_steps * accumulation,
                                       context.rank, context.world_size),
-            collate_fn=collate, num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+            collate_fn=self.pairs.collate if self.features else collate, num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
         )
         batches = iter(loader)
         writer = self._tensorboard()
