@@ -93,7 +93,7 @@ def _mentions(captions: list[str], concept: str, kind: str) -> np.ndarray:
 def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> int:
     from PIL import Image
 
-    from lace.report.edit_grid import edit_grid_rows, images_naming, write_edit_grid
+    from lace.experiment.edit_grids import edit_grid_stage
 
     png = Path(args.png)
     if png.exists() and not args.overwrite:
@@ -111,21 +111,6 @@ def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> in
     paths = store.index.get("image_paths")
     if not paths:
         raise input_error(store.path / "index.json", "image_paths", "the image files of the store (`lace embed`)", None)
-    directions = labelled.directions
-    kinds = {name: directions.kinds[directions.index(name)] for name in (spec.source, spec.target)}
-    n_images = store.image_embeddings.shape[0]
-    shows_source = images_naming(store.captions, store.text_image_index, n_images, spec.source, kinds[spec.source])
-    shows_target = images_naming(store.captions, store.text_image_index, n_images, spec.target, kinds[spec.target])
-    candidates = np.flatnonzero(shows_source & ~shows_target).tolist()
-    gallery = torch.from_numpy(np.array(store.image_embeddings, dtype=np.float32))
-    rows = edit_grid_rows(labelled, gallery, candidates, shows_target, args.edit, strengths=strengths,
-                          n_sources=args.sources, k=args.k, seed=args.seed,
-                          config=config_from_args(EditConfig, args, prefix="edit."))
-    if not rows:
-        print(f"no grid: the edit {args.edit} cannot be made on any of the {len(candidates)} images naming "
-              f"'{spec.source}' and not '{spec.target}'")
-        return 1
-
     def load_image(row: int) -> Image.Image:
         path = Path(paths[row])
         if not path.is_file():
@@ -133,10 +118,15 @@ def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> in
         with Image.open(path) as image:
             return image.convert("RGB")
 
-    sources = len({row["source"] for row in rows})
-    write_edit_grid(rows, load_image, png, target=spec.target, k=args.k,
-                    title=f"{args.edit}: nearest real images of the first {sources} images naming '{spec.source}' "
-                          f"and not '{spec.target}' (store order)")
+    gallery = torch.from_numpy(np.array(store.image_embeddings, dtype=np.float32))
+    grid = edit_grid_stage(labelled, gallery, store.captions, store.text_image_index, args.edit, load_image, png,
+                           strengths, n_sources=args.sources, k=args.k, seed=args.seed,
+                           config=config_from_args(EditConfig, args, prefix="edit."))
+    rows = grid["rows"]
+    if not rows:
+        print(f"no grid: the edit {args.edit} cannot be made on any of the {grid['candidates']} images naming "
+              f"'{spec.source}' and not '{spec.target}'")
+        return 1
     for row in rows:
         print(f"image {row['source']}: {row['label']}: {row['target_count']}/{args.k} {spec.target}")
     print(f"wrote {png}")
