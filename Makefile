@@ -5,13 +5,13 @@ PYTHON ?= python3
 VENV_ROOT ?= $(HOME)/.cache/lace/venvs
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # The key is the dependency list itself, so editing other parts of pyproject.toml reuses the environment.
-DEPS_HASH := $(shell ($(PYTHON) scripts/list_deps.py pyproject.toml dev hf towers; echo $(TORCH_PINS)) | sha256sum | cut -c1-12)
+DEPS_HASH := $(shell ($(PYTHON) scripts/list_deps.py pyproject.toml dev hf towers explore scale; echo $(TORCH_PINS)) | sha256sum | cut -c1-12)
 VENV := $(VENV_ROOT)/$(DEPS_HASH)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN := PYTHONPATH=$(CURDIR)/src $(PY)
 
-.PHONY: env demo test lint clean-env
+.PHONY: env browser demo test lint clean-env
 
 env: $(STAMP)
 
@@ -21,14 +21,17 @@ $(STAMP):
 	$(PY) -m pip install -q --upgrade pip
 	@# torch and torchvision pinned to a pair that imports together on CPU-only machines
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q $$($(PY) scripts/list_deps.py pyproject.toml dev hf towers)
+	$(PY) -m pip install -q $$($(PY) scripts/list_deps.py pyproject.toml dev hf towers explore scale)
 	@touch $(STAMP)
 	@echo "environment ready: $(VENV)"
 
 demo: env
 	$(RUN) -m lace demo --out runs/demo $(DEMO_ARGS)
 
-test: env
+browser:
+	@scripts/ensure_browser.sh
+
+test: env browser
 	$(RUN) -m pytest $(PYTEST_ARGS)
 
 lint: env
