@@ -10,6 +10,8 @@ retrieval; 5. fine-tune in every variant from the base with the same data order;
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import EditConfig, build_editor
 from lace.encoders import load_encoder
+from lace.encoders.base import DualEncoder
 from lace.eval.runner import EvalConfig
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
@@ -51,6 +54,60 @@ def world_config(config: DemoConfig) -> WorldConfig:
                        benchmark_items_per_family=1, png_compression=1, **CALIBRATED_WORLD)
 
 
+@dataclass
+class Foundation:
+    """What the demo's first three stages leave: the world, the base model and its labelled dictionary."""
+
+    world_dir: Path
+    vocabulary: str
+    base_path: Path
+    dictionary_dir: Path
+    encoder: DualEncoder
+    """The base model."""
+    world_key: str
+    base_key: str
+    dictionary_key: str
+    base: dict
+    """The base stage's summary."""
+    dictionary: dict
+    """The dictionary stage's summary."""
+
+
+def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
+                   train_pairs: Callable[[Path, str], TensorPairs]) -> Foundation:
+    """Stages 1-3, cached under `out`: generate the world, pretrain the base, fit and label the dictionary.
+
+    `train_pairs(world_dir, style)`: the train split with captions of `style`, in the model's input format.
+    """
+    world = world_config(config)
+    world_dir = out / "world"
+    world_key = stage_key(config_to_dict(world))
+    runner.run("world", world_key, lambda: _generate(world, world_dir, config.progress))
+    vocabulary = str(world_dir / "vocabulary.yaml")
+    base_key = stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
+    base_path = out / "models" / "base.pt"
+    base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
+    encoder = load_encoder(config.model, str(base_path))
+    dictionary_dir = out / "dictionary"
+    dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
+    dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary(
+        config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
+    return Foundation(world_dir, vocabulary, base_path, dictionary_dir, encoder, world_key, base_key, dictionary_key,
+                      base, dictionary)
+
+
+def demo_model_and_dictionary(config: DemoConfig, out: str | Path, log=print) -> Foundation:
+    """The demo's world, base model and dictionary under `out`, reused when cached, else made (stages 1-3)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    pixel_encoder = load_encoder(config.model)
+    return run_foundation(config, out, StageRunner(out, log),
+                          lambda world_dir, style: world_pairs(world_dir, "train", style, pixel_encoder))
+
+
 # long: the stages in order, each one cached call, so that the whole story reads top to bottom
 def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`.
@@ -64,32 +121,21 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     runner = StageRunner(out, log)
-    world = world_config(config)
-    world_dir = out / "world"
-    world_key = stage_key(config_to_dict(world))
-    runner.run("world", world_key, lambda: _generate(world, world_dir, config.progress))
-    vocabulary = str(world_dir / "vocabulary.yaml")
     pixel_encoder = load_encoder(config.model)  # only its preprocess is used: the same for every checkpoint
     decoded = {} if decoded is None else decoded
 
-    def train_pairs(style: str) -> TensorPairs:
+    def train_pairs(world_dir: Path, style: str) -> TensorPairs:
         """The train split with captions of `style`, decoded once for all stages."""
         if style not in decoded:
             decoded[style] = world_pairs(world_dir, "train", style, pixel_encoder)
         return decoded[style]
 
-    base_key = stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
-    base_path = out / "models" / "base.pt"
-    base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs("web"), out, base_path))
-    encoder = load_encoder(config.model, str(base_path))
-
-    dictionary_dir = out / "dictionary"
-    dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
+    foundation = run_foundation(config, out, runner, train_pairs)
+    world_dir, vocabulary, base_path = foundation.world_dir, foundation.vocabulary, foundation.base_path
+    base_key, dictionary_key = foundation.base_key, foundation.dictionary_key
+    base, dictionary, encoder = foundation.base, foundation.dictionary, foundation.encoder
     figures_dir = out / "figures"
-    dictionary = runner.run("dictionary", dictionary_key,
-                            lambda: _dictionary(config, encoder, train_pairs("coco"), world_dir, vocabulary,
-                                                        dictionary_dir, figures_dir))
-    labelled = load_labelled_dictionary(dictionary_dir)
+    labelled = load_labelled_dictionary(foundation.dictionary_dir)
     edit_key = stage_key(dictionary_key, config.edit.strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
@@ -117,7 +163,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             name = f"{variant} seed {seed}"
             key = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
-            runner.run(f"finetune {name}", key, partial(_finetune, config, variant, seed, train_pairs("coco"), out,
+            runner.run(f"finetune {name}", key, partial(_finetune, config, variant, seed, train_pairs(world_dir, "coco"), out,
                                                         base_path, model_path, labelled, vocabulary, rendered))
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
@@ -129,7 +175,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
 
     summary = {
         "config": config_to_dict(config),
-        "world": config_to_dict(world),
+        "world": config_to_dict(world_config(config)),
         "base": base,
         "dictionary": dictionary,
         "edit_retrieval": edits,
