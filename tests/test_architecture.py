@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("eval",),
     ("report",),
     ("experiment",),
-    ("demo", "study"),
+    ("demo", "study", "explore"),
     ("commands",),
     ("cli", "__init__"),
     ("__main__",),

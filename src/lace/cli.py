@@ -20,6 +20,7 @@ COMMANDS = (
     "eval",
     "compare",
     "study",
+    "explore",
 )
 
 
