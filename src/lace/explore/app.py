@@ -77,7 +77,8 @@ def _validation_message(error: RequestValidationError) -> str:
         if problem.get("type") == "json_invalid":
             lines.append(f"malformed JSON body: {problem.get('ctx', {}).get('error', 'cannot parse')}")
             continue
-        where = ".".join(str(part) for part in problem.get("loc", ()) if part not in ("body", "query", "path"))
+        loc = list(problem.get("loc", ()))
+        where = ".".join(str(part) for part in (loc[1:] if loc and loc[0] in ("body", "query", "path") else loc))
         lines.append(f"field '{where or 'body'}': {problem.get('msg', 'invalid')}")
     return "; ".join(lines) or "invalid request"
 
