@@ -57,19 +57,25 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from lace.explore.app import create_app
-    from lace.explore.state import build_model_view, build_session
 
     start = time.perf_counter()
+    session = session_from_args(args)
+    url = f"http://{args.host}:{args.port}/"
+    print(f"lace explore: ready in {time.perf_counter() - start:.1f}s at {url}  (Ctrl-C stops it)", flush=True)
+    uvicorn.run(create_app(session), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def session_from_args(args: argparse.Namespace):
+    """The `ExploreSession` the flags describe: data and models loaded, embedded (progress bars), coded."""
+    from lace.explore.state import build_model_view, build_session
+
     if args.k < 1:
         raise input_error("--k", None, "at least one neighbour", args.k)
     dataset, first, second = _inputs(args)
     views = [build_model_view(name, encoder, labelled, dataset, k=args.k, progress=args.progress)
              for name, encoder, labelled in (first, second) if name is not None]
-    session = build_session(dataset, views)
-    url = f"http://{args.host}:{args.port}/"
-    print(f"lace explore: ready in {time.perf_counter() - start:.1f}s at {url}  (Ctrl-C stops it)", flush=True)
-    uvicorn.run(create_app(session), host=args.host, port=args.port, log_level="warning")
-    return 0
+    return build_session(dataset, views)
 
 
 def _inputs(args: argparse.Namespace):
@@ -84,6 +90,9 @@ def _inputs(args: argparse.Namespace):
                                split=args.split or ("test" if finished else None))
         first = ("demo base", foundation.encoder, load_labelled_dictionary(foundation.dictionary_dir))
         labelled = first[2]
+        fine_tune = foundation.base_path.with_name(f"lace-seed{foundation.config.seed}.pt")
+        if args.model2 is None and fine_tune.is_file():  # a finished demo: compare the base with its LACE fine-tune
+            args.model2, args.pretrained2 = foundation.config.model, str(fine_tune)
     else:
         if args.data is None:
             raise input_error("--data", None, "image-caption data to explore with --model", None)

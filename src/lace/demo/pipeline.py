@@ -58,6 +58,7 @@ def world_config(config: DemoConfig) -> WorldConfig:
 class Foundation:
     """What the demo's first three stages leave: the world, the base model and its labelled dictionary."""
 
+    config: DemoConfig
     world_dir: Path
     vocabulary: str
     base_path: Path
@@ -92,7 +93,7 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
     dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary(
         config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
-    return Foundation(world_dir, vocabulary, base_path, dictionary_dir, encoder, world_key, base_key, dictionary_key,
+    return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, world_key, base_key, dictionary_key,
                       base, dictionary)
 
 

@@ -45,7 +45,8 @@ class ModelView:
     with their cosines; image_occurrence (N_img,) and text_occurrence (N_txt,): N_k, how many of the other
     modality's top-k lists hold each item; image_one_way (N_img,) and text_one_way (N_txt,): the top-1
     neighbour's own top-1 points elsewhere (captions counted at the image level, as
-    `lace.eval.reciprocity.one_way_rates`); map_xy (N_img + N_txt, 2): images then captions.
+    `lace.eval.reciprocity.one_way_rates`); map_xy (N_img + N_txt, 2): images then captions, each modality
+    centred on its mean before the projection.
     """
 
     name: str
@@ -155,7 +156,9 @@ def build_model_view(name: str, encoder: DualEncoder, labelled: LabelledDictiona
     forward, backward = cross_neighbours(images, texts, k)
     owner = np.asarray(dataset.caption_image_index, dtype=np.int64)
     image_to_text, text_to_image = forward.indices.numpy(), backward.indices.numpy()
-    xy, method = project_2d(torch.cat([images, texts]).numpy())
+    # each modality centred on its own mean, as the dictionary codes them: the map shows how images and
+    # captions interleave rather than the gap between the two clouds
+    xy, method = project_2d(torch.cat([images - images.mean(0), texts - texts.mean(0)]).numpy())
     view = ModelView(
         name=name, encoder=encoder, labelled=labelled, image_embeddings=images, text_embeddings=texts,
         image_to_text=forward.indices, image_to_text_scores=forward.scores,

@@ -192,7 +192,7 @@ async function loadMap() {
   state.map = await api(`/api/map?model=${model()}`);
   const map = state.map;
   $("map-legend").textContent = `${map.method.toUpperCase()} of ${map.n_images} images (blue) and ` +
-    `${map.x.length - map.n_images} captions (orange); red rings: hubs (in at least twice the mean number of the ` +
+    `${map.x.length - map.n_images} captions (orange), each modality centred on its mean; red rings: hubs (in at least twice the mean number of the ` +
     `other side's top-${map.k} lists); dark outline: one-way top-1 neighbour. Click a point.`;
   drawMap();
 }
