@@ -16,6 +16,7 @@ from lace.commands.demo import QUICK
 from lace.commands.explore import EXPLORE_MARK, _demo_config
 from lace.demo import DemoConfig
 from lace.explore.app import MAX_BODY_BYTES, create_app
+from lace.explore.geometry import map_payload
 from tests.explore_world import K, shared_session
 
 
@@ -220,3 +221,13 @@ def test_without_arguments_the_demo_folder_decides_the_settings(tmp_path):
     under_way = tmp_path / "under-way"
     (under_way / "stages").mkdir(parents=True)
     assert _demo_config(under_way, False) == DemoConfig(progress=False)
+
+
+def test_large_maps_draw_every_hub_and_a_sample(client, session):
+    view = session.models[0]
+    full = client.get("/api/map").json()
+    assert full["item"] == list(range(full["n_items"])) and full["n_items"] == session.n_images + len(session.captions)
+    small = map_payload(view, max_points=100)
+    hubs = np.flatnonzero(np.concatenate([view.hubs("image"), view.hubs("text")]))
+    assert set(hubs.tolist()) <= set(small["item"]) and len(small["item"]) == max(100, len(hubs))
+    assert small["item"] == sorted(small["item"]) and all(small["hub"][small["item"].index(h)] for h in hubs)

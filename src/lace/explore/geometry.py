@@ -13,15 +13,26 @@ from lace.explore.state import HUB_SIZE, ExploreSession, ModelView
 
 MODALITIES = ("image", "text")
 CSV_BLOCK = 2048
+MAP_MAX_POINTS = 20_000
+"""Points drawn on the map; the projector freezes on larger sets, and the neighbours come from the server anyway."""
 
 
-def map_payload(view: ModelView) -> dict:
-    """Coordinates (images first, then captions) with hub and one-way flags, as flat arrays."""
+def map_payload(view: ModelView, max_points: int = MAP_MAX_POINTS, seed: int = 0) -> dict:
+    """Coordinates with hub and one-way flags, as flat arrays; `item` is each point's row among images then
+    captions. Over `max_points` items, every hub is drawn and a seeded sample of the rest fills the budget."""
+    hubs = np.concatenate([view.hubs("image"), view.hubs("text")])
+    one_way = np.concatenate([view.image_one_way, view.text_one_way])
+    items = np.arange(len(hubs))
+    if len(items) > max_points:
+        others = np.flatnonzero(~hubs)
+        room = max(0, max_points - int(hubs.sum()))
+        sample = np.random.default_rng(seed).choice(others, size=min(room, len(others)), replace=False)
+        items = np.sort(np.concatenate([np.flatnonzero(hubs), sample]))
     return {
-        "method": view.map_method, "k": view.k, "n_images": len(view.image_embeddings),
-        "x": np.round(view.map_xy[:, 0], 4).tolist(), "y": np.round(view.map_xy[:, 1], 4).tolist(),
-        "hub": np.concatenate([view.hubs("image"), view.hubs("text")]).astype(int).tolist(),
-        "one_way": np.concatenate([view.image_one_way, view.text_one_way]).astype(int).tolist(),
+        "method": view.map_method, "k": view.k, "n_images": len(view.image_embeddings), "n_items": len(hubs),
+        "item": items.tolist(), "x": np.round(view.map_xy[items, 0], 4).tolist(),
+        "y": np.round(view.map_xy[items, 1], 4).tolist(),
+        "hub": hubs[items].astype(int).tolist(), "one_way": one_way[items].astype(int).tolist(),
     }
 
 

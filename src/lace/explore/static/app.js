@@ -36,6 +36,7 @@ async function api(path, body) {
 
 function imageUrl(id) { return `/api/image/${Number(id)}`; }
 function model() { return 0; }
+function mapModel() { return Number($("map-model").value || 0); }
 
 // ------------------------------------------------------------------ tabs
 function openTab(name) {
@@ -189,10 +190,13 @@ async function openAtom(atom) {
 
 // ------------------------------------------------------------------ geometry map
 async function loadMap() {
-  state.map = await api(`/api/map?model=${model()}`);
+  state.map = await api(`/api/map?model=${mapModel()}`);
   const map = state.map;
+  for (const modality of ["image", "text"])
+    $(`csv-${modality}`).href = `/api/neighbours.csv?modality=${modality}&model=${mapModel()}`;
+  const drawn = map.item.length < map.n_items ? ` (${map.item.length} drawn: every hub and a sample)` : "";
   $("map-legend").textContent = `${map.method.toUpperCase()} of ${map.n_images} images (blue) and ` +
-    `${map.x.length - map.n_images} captions (orange), each modality centred on its mean; red rings: hubs (in at least twice the mean number of the ` +
+    `${map.n_items - map.n_images} captions (orange)${drawn}, each modality centred on its mean; red rings: hubs (in at least twice the mean number of the ` +
     `other side's top-${map.k} lists); dark outline: one-way top-1 neighbour. Click a point.`;
   drawMap();
 }
@@ -212,7 +216,7 @@ function drawMap(highlight = []) {
   context.clearRect(0, 0, canvas.width, canvas.height);
   for (let i = 0; i < map.x.length; i++) {
     const [x, y] = at(i);
-    context.fillStyle = i < map.n_images ? "rgba(76,110,245,.7)" : "rgba(240,140,0,.6)";
+    context.fillStyle = map.item[i] < map.n_images ? "rgba(76,110,245,.7)" : "rgba(240,140,0,.6)";
     context.beginPath(); context.arc(x, y, map.hub[i] ? 4 : 2.5, 0, 2 * Math.PI); context.fill();
     if (map.one_way[i]) { context.strokeStyle = "rgba(30,30,30,.55)"; context.lineWidth = 0.8; context.stroke(); }
     if (map.hub[i]) { context.strokeStyle = "#c92a2a"; context.lineWidth = 1.5;
@@ -238,12 +242,13 @@ async function clickMap(event) {
 }
 
 async function openPoint(index) {
-  const images = state.map.n_images;
-  const modality = index < images ? "image" : "text", id = index < images ? index : index - images;
-  const point = await api(`/api/point?modality=${modality}&id=${id}&model=${model()}`);
-  const offset = (item) => item.modality === "image" ? item.id : item.id + images;
-  drawMap([[index, "#000"], ...point.forward.map((item) => [offset(item), "#2b8a3e"]),
-    ...point.reverse.map((item) => [offset(item), "#ae3ec9"])]);
+  const images = state.map.n_images, item = state.map.item[index];
+  const modality = item < images ? "image" : "text", id = item < images ? item : item - images;
+  const point = await api(`/api/point?modality=${modality}&id=${id}&model=${mapModel()}`);
+  const drawnAt = new Map(state.map.item.map((global, i) => [global, i]));
+  const at = (entry) => drawnAt.get(entry.modality === "image" ? entry.id : entry.id + images);
+  const marks = (entries, colour) => entries.map((entry) => [at(entry), colour]).filter(([i]) => i !== undefined);
+  drawMap([[index, "#000"], ...marks(point.forward, "#2b8a3e"), ...marks(point.reverse, "#ae3ec9")]);
   const describe = (item) => `${item.modality} #${item.id}: ${item.label}`;
   $("point").replaceChildren(
     el("h2", { id: "point-title" }, `${modality === "image" ? "Image" : "Caption"} #${id}: ${point.label}`),
@@ -291,6 +296,8 @@ async function start() {
   $("edit-form").addEventListener("submit", (event) => applyEdit(event).catch(() => {}));
   $("atom-form").addEventListener("submit", (event) => { event.preventDefault(); openAtom($("atom-id").value).catch(() => {}); });
   $("map").addEventListener("click", (event) => clickMap(event).catch(() => {}));
+  $("map-model").replaceChildren(...state.info.models.map((m, i) => el("option", { value: i }, m.name)));
+  $("map-model").addEventListener("change", () => { $("point").replaceChildren(); loadMap().catch(() => {}); });
   await search();
   document.body.dataset.ready = "1";
 }
