@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from PIL import Image
 from playwright.sync_api import sync_playwright
 
 from lace.cli import build_parser
@@ -69,6 +70,8 @@ def main(argv: list[str]) -> int:
         browser.close()
     for name in ("edit", "atom", "map"):
         path = out / f"explore-{name}.png"
+        with Image.open(path) as shot:  # a 256-colour palette keeps a README image small
+            shot.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
         print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
     return 0
 

@@ -13,7 +13,7 @@ import torch
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
 from lace.demo import DemoConfig
-from lace.demo.pipeline import demo_model_and_dictionary
+from lace.demo.pipeline import Foundation, demo_model_and_dictionary
 from lace.encoders import load_encoder
 from lace.explore.state import ExploreSession, build_model_view, build_session
 
@@ -22,21 +22,24 @@ TINY = DemoConfig(world_images=240, base_steps=30, finetune_steps=3, batch_size=
 K = 5
 
 
-def tiny_session(folder: Path) -> ExploreSession:
-    """The tiny demo's base with its dictionary, and a random model of the same architecture to compare."""
-    foundation = demo_model_and_dictionary(TINY, folder, log=lambda _: None)
-    dataset = read_dataset(foundation.world_dir / "karpathy_coco.json")
-    labelled = load_labelled_dictionary(foundation.dictionary_dir)
-    base = build_model_view("demo base", foundation.encoder, labelled, dataset, k=K, progress=False, log=lambda _: None)
-    random = build_model_view("random init", load_encoder(TINY.model), labelled, dataset, k=K, progress=False,
-                              log=lambda _: None)
-    return build_session(dataset, [base, random])
+@functools.cache
+def shared_foundation() -> Foundation:
+    """The tiny demo's world, base and dictionary, made once per test process in a folder removed at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="lace-explore-"))
+    atexit.register(shutil.rmtree, folder, True)
+    torch.manual_seed(0)
+    return demo_model_and_dictionary(TINY, folder, log=lambda _: None)
 
 
 @functools.cache
 def shared_session() -> ExploreSession:
-    """`tiny_session` made once per test process (the server and browser tests share it)."""
-    folder = Path(tempfile.mkdtemp(prefix="lace-explore-"))
-    atexit.register(shutil.rmtree, folder, True)
+    """The tiny demo's base with its dictionary, and a random model of the same architecture to compare
+    (made once per test process: the server and browser tests share it)."""
+    foundation = shared_foundation()
+    dataset = read_dataset(foundation.world_dir / "karpathy_coco.json")
+    labelled = load_labelled_dictionary(foundation.dictionary_dir)
+    base = build_model_view("demo base", foundation.encoder, labelled, dataset, k=K, progress=False, log=lambda _: None)
     torch.manual_seed(0)
-    return tiny_session(folder)
+    random = build_model_view("random init", load_encoder(TINY.model), labelled, dataset, k=K, progress=False,
+                              log=lambda _: None)
+    return build_session(dataset, [base, random])

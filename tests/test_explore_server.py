@@ -12,12 +12,14 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from lace.cli import build_parser
 from lace.commands.demo import QUICK
-from lace.commands.explore import EXPLORE_MARK, _demo_config
+from lace.commands.explore import EXPLORE_MARK, _demo_config, session_from_args
 from lace.demo import DemoConfig
+from lace.errors import LaceInputError
 from lace.explore.app import MAX_BODY_BYTES, create_app
 from lace.explore.geometry import map_payload
-from tests.explore_world import K, shared_session
+from tests.explore_world import TINY, K, shared_foundation, shared_session
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +233,35 @@ def test_large_maps_draw_every_hub_and_a_sample(client, session):
     hubs = np.flatnonzero(np.concatenate([view.hubs("image"), view.hubs("text")]))
     assert set(hubs.tolist()) <= set(small["item"]) and len(small["item"]) == max(100, len(hubs))
     assert small["item"] == sorted(small["item"]) and all(small["hub"][small["item"].index(h)] for h in hubs)
+
+
+def test_offered_rebinds_run_or_say_what_they_need(client, session):
+    tried = 0
+    for image in range(session.n_images):
+        for option in client.post("/api/inspect", json={"image": image}).json()["options"]:
+            for target in option["targets"]["rebind"][:1]:
+                body = {"image": image, "kind": "rebind", "source": option["concept"], "target": target}
+                response = client.post("/api/edit", json=body)
+                tried += 1
+                if response.status_code == 200:
+                    assert response.json()["record"]["kind"] == "rebind"
+                    return
+                assert response.status_code == 400 and "bound to two different objects" in response.json()["error"]
+    pytest.fail(f"none of {tried} offered rebinds could be made")
+
+
+def test_the_command_loads_models_dictionary_and_data_from_flags():
+    foundation = shared_foundation()
+    args = build_parser().parse_args([
+        "explore", "--model", TINY.model, "--pretrained", str(foundation.base_path), "--dictionary",
+        str(foundation.dictionary_dir), "--data", str(foundation.world_dir / "karpathy_coco.json"), "--split", "test",
+        "--model2", TINY.model, "--k", "3", "--no-progress"])
+    session = session_from_args(args)
+    assert session.n_images == 12 and [view.k for view in session.models] == [3, 3]
+    assert session.models[0].labelled is not None and session.models[1].labelled is not None
+    whole = shared_session()
+    row_of = {record.image_path: row for row, record in enumerate(whole.dataset.records)}
+    test_rows = [row_of[record.image_path] for record in session.dataset.records]
+    torch.testing.assert_close(session.models[0].image_embeddings, whole.models[0].image_embeddings[test_rows])
+    with pytest.raises(LaceInputError, match="--data"):
+        session_from_args(build_parser().parse_args(["explore", "--model", TINY.model]))

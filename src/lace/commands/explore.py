@@ -43,8 +43,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--dictionary2", default=None,
                         help="the second model's dictionary (default: the first one's, when the dimensions match)")
     parser.add_argument("--demo", default="runs/demo",
-                        help="demo folder used without --model (the `lace demo` default); when it holds no finished "
-                             "demo, the world, base and dictionary are made there with `lace demo --quick` sizes")
+                        help="demo folder used without --model (the `lace demo` default): a finished or running demo's "
+                             "world, base and dictionary are used as they are; in an empty folder they are made with "
+                             "`lace demo --quick` sizes (a minute) and reused by later runs")
     parser.add_argument("--k", type=int, default=10, help="neighbours per item in the geometry lists")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     parser.add_argument("--port", type=int, default=8765, help="port to listen on")

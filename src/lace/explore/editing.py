@@ -14,6 +14,13 @@ from lace.explore.inspection import Query, atom_bars, query_codes
 from lace.explore.state import ExploreSession, ModelView
 
 LISTS = ("before", "after", "random")
+NEEDS = {
+    "attenuate": "the source concept present",
+    "swap": "both concepts present, their weights apart by more than the editor's swap_min_gap",
+    "transplant": "the source concept present and the target absent",
+    "rebind": "both attributes present, bound to two different objects",
+}
+"""What the planner asks of a query for each kind of named edit (`lace.edits.planner`)."""
 
 
 def edit_payload(session: ExploreSession, view: ModelView, query: Query, edit: str, strength: float,
@@ -26,9 +33,8 @@ def edit_payload(session: ExploreSession, view: ModelView, query: Query, edit: s
                            generator=torch.Generator().manual_seed(seed))
     record = edited.records.to_dicts(editor.unit_names)[0]
     if not record["proposed"]:
-        need = "present" + (" and the target absent" if spec.kind == "transplant" else "")
-        raise input_error("edit", "source", f"a source concept {need} in this {query.modality} "
-                          f"for {edit}", f"source weight {record['source_weight_before']:.3f}")
+        raise input_error("edit", "source", f"{NEEDS[spec.kind]} in this {query.modality} for {edit}",
+                          f"source weight {record['source_weight_before']:.3f}")
     concept = spec.target or spec.source
     column = session.concept_index(concept)
     queries = torch.cat([query.z, edited.embeddings[:, 0].detach(), control.embeddings[:, 0].detach()])  # (3, d)
