@@ -1,10 +1,11 @@
 """What the inspect panel shows: a query's active atoms and the edits its code allows.
 
 A query is a dataset image (by id), a dataset caption (by id) or a typed caption. The bars are the
-query's non-zero codes, each labelled with its atom's concept; the edits offered are the planner's:
-a source must own an aligned atom and be present, a swap target must be a present concept of the same
-type, a transplant target an absent one of the same type, a rebind target another present attribute
-of the same group (only when the dictionary has binding directions).
+query's non-zero codes, each labelled with its atom's concept; the edits offered are those the editor's
+planner proposes on the query: a source must own an aligned atom and be present, a swap target must be a
+present concept of the same type (with weights apart), a transplant target an absent one of the same type,
+a rebind target another present attribute of the same group, the two bound to different objects (only
+when the dictionary has binding directions).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lace.edits import EditSpec
+from lace.edits.editor import CounterfactualEditor
 from lace.errors import input_error
 from lace.explore.state import ExploreSession, ModelView
 
@@ -77,25 +80,33 @@ def atom_bars(view: ModelView, codes: torch.Tensor) -> list[dict]:
     return sorted(bars, key=lambda bar: -bar["weight"])
 
 
-def edit_options(view: ModelView, codes: torch.Tensor) -> list[dict]:
-    """Per concept the query uses (weight > 0) that owns an aligned atom: the targets of each edit kind."""
+def edit_options(view: ModelView, query: Query, codes: torch.Tensor) -> list[dict]:
+    """Per concept the query uses (weight > 0) that owns an aligned atom: each edit kind the editor would make
+    on it, with its targets (same type; present for swap and rebind, absent for transplant; none for attenuate)."""
     directions = view.labelled.directions
     weights, editable, compatible = view.weights_and_editable(codes[None])
     weights, editable = weights[0], editable[0]
     present = weights > 0
-    can_rebind = view.editor(1.0).can_rebind
+    editor = view.editor(1.0)
     options = []
     for concept in torch.nonzero(present & compatible.any(1)).squeeze(1).tolist():
         same_type = compatible[concept]
-        rebind = _names(directions, same_type & present) if can_rebind and directions.kinds[concept] == "attribute" else []
-        options.append({
-            "concept": directions.names[concept], "kind": directions.kinds[concept],
-            "group": directions.groups[concept], "weight": float(weights[concept]),
-            "editable": bool(editable[concept]),
-            "targets": {"attenuate": [], "swap": _names(directions, same_type & present),
-                        "transplant": _names(directions, same_type & ~present), "rebind": rebind},
-        })
+        candidates = {"attenuate": [None], "swap": _names(directions, same_type & present),
+                      "transplant": _names(directions, same_type & ~present),
+                      "rebind": _names(directions, same_type & present)
+                      if editor.can_rebind and directions.kinds[concept] == "attribute" else []}
+        source = directions.names[concept]
+        kinds = {kind: [target for target in targets if _proposed(editor, query, EditSpec(kind, source, target))]
+                 for kind, targets in candidates.items()}
+        kinds = {kind: [t for t in targets if t is not None] for kind, targets in kinds.items() if targets}
+        options.append({"concept": source, "kind": directions.kinds[concept], "group": directions.groups[concept],
+                        "weight": float(weights[concept]), "editable": bool(editable[concept]), "targets": kinds})
     return sorted(options, key=lambda option: -option["weight"])
+
+
+def _proposed(editor: CounterfactualEditor, query: Query, spec: EditSpec) -> bool:
+    """Whether the planner finds the named edit feasible on the query (the effect check aside)."""
+    return bool(editor.apply(query.z, query.modality, spec).records.proposed[0, 0])
 
 
 def _names(directions, mask: torch.Tensor) -> list[str]:
@@ -109,5 +120,5 @@ def inspect_payload(session: ExploreSession, view: ModelView, query: Query) -> d
     if view.labelled is not None:
         codes = query_codes(view, query)
         payload["bars"] = atom_bars(view, codes)
-        payload["options"] = edit_options(view, codes)
+        payload["options"] = edit_options(view, query, codes)
     return payload
