@@ -5,6 +5,9 @@ made with the quick sizes if missing; any `lace explore` flag may follow), serve
 thread and drives Debian's chromium through Playwright: an image, a transplant, an atom page, the map.
 
     PYTHONPATH=src python scripts/explore_screenshots.py [--demo runs/demo] [--out docs/images] [--edit-image N]
+
+The README's were made with `--split test` on the default demo's world, base and dictionary (stages 1-3 of
+`lace demo` with its default settings).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from lace.cli import build_parser
 from lace.commands.explore import session_from_args
 from lace.explore.app import create_app
 from lace.explore.serve import BackgroundServer
+
+IMAGES_LOADED = ("selector => [...document.querySelectorAll(selector)]"
+                 ".every(image => image.complete && image.naturalWidth > 0)")
 
 
 def _first_transplant(page) -> None:
@@ -57,9 +63,11 @@ def main(argv: list[str]) -> int:
             page.fill("#search", str(ours.edit_image))
             page.wait_for_selector(f"#grid figure[data-id='{ours.edit_image}']")
         _first_transplant(page)
+        page.wait_for_function(IMAGES_LOADED, arg="#edit-result img, #query img")
         page.screenshot(path=str(out / "explore-edit.png"))
         page.locator("#bars-after .bar").first.click()
         page.wait_for_selector("#atom-title")
+        page.wait_for_function(IMAGES_LOADED, arg=".atom-images img")
         page.screenshot(path=str(out / "explore-atom.png"))
         page.click("#tab-map")
         page.wait_for_function("document.getElementById('map-legend').textContent.length > 0")

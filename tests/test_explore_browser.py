@@ -108,6 +108,9 @@ def test_explore_page_in_headless_chromium(tmp_path):
         page.screenshot(path=str(tmp_path / "explore-map.png"), full_page=True)
 
         page.click("#tab-inspect")
+        page.locator("#list-after li").first.click()
+        page.wait_for_function("document.querySelector('#query b').textContent === 'caption'")
+        assert page.locator("#bars-query .bar").count() > 0
         page.fill("#caption-input", "   ")
         page.click("#caption-go")
         page.wait_for_selector("#error:not([hidden])")

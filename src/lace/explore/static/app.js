@@ -153,8 +153,10 @@ function drawList(name, result) {
   $(`share-${name}`).textContent = `'${result.concept}': images ${(100 * images.share).toFixed(0)}%, ` +
     `captions ${(100 * captions.share).toFixed(0)}%`;
   const thumbs = el("div", { class: "thumbs" },
-    ...images.ids.map((id) => el("img", { src: imageUrl(id), alt: `image ${id}`, title: `image #${id}`, "data-id": id })));
-  const list = el("ol", {}, ...captions.texts.map((text, i) => el("li", { "data-id": captions.ids[i] }, text)));
+    ...images.ids.map((id) => el("img", { src: imageUrl(id), alt: `image ${id}`, title: `image #${id}: inspect it`,
+      "data-id": id, onclick: () => inspectImage(id).catch(() => {}) })));
+  const list = el("ol", {}, ...captions.texts.map((text, i) => el("li", { "data-id": captions.ids[i],
+    title: "inspect this caption", onclick: () => inspect({ caption_id: captions.ids[i] }).catch(() => {}) }, text)));
   $(`list-${name}`).replaceChildren(thumbs, list);
 }
 
@@ -224,7 +226,7 @@ function drawMap(highlight = []) {
   }
   for (const [i, colour] of highlight) {
     const [x, y] = at(i);
-    context.strokeStyle = colour; context.lineWidth = 2;
+    context.strokeStyle = colour; context.lineWidth = 3;
     context.beginPath(); context.arc(x, y, 8, 0, 2 * Math.PI); context.stroke();
   }
 }
@@ -248,7 +250,7 @@ async function openPoint(index) {
   const drawnAt = new Map(state.map.item.map((global, i) => [global, i]));
   const at = (entry) => drawnAt.get(entry.modality === "image" ? entry.id : entry.id + images);
   const marks = (entries, colour) => entries.map((entry) => [at(entry), colour]).filter(([i]) => i !== undefined);
-  drawMap([[index, "#000"], ...marks(point.forward, "#2b8a3e"), ...marks(point.reverse, "#ae3ec9")]);
+  drawMap([[index, "#000"], ...marks(point.forward, "#0ca678"), ...marks(point.reverse, "#be4bdb")]);
   const describe = (item) => `${item.modality} #${item.id}: ${item.label}`;
   $("point").replaceChildren(
     el("h2", { id: "point-title" }, `${modality === "image" ? "Image" : "Caption"} #${id}: ${point.label}`),
