@@ -19,6 +19,7 @@ from lace.demo import DemoConfig
 from lace.errors import LaceInputError
 from lace.explore.app import MAX_BODY_BYTES, create_app
 from lace.explore.geometry import map_payload
+from lace.explore.state import build_model_view, build_session
 from tests.explore_world import TINY, K, shared_foundation, shared_session
 
 
@@ -265,3 +266,16 @@ def test_the_command_loads_models_dictionary_and_data_from_flags():
     torch.testing.assert_close(session.models[0].image_embeddings, whole.models[0].image_embeddings[test_rows])
     with pytest.raises(LaceInputError, match="--data"):
         session_from_args(build_parser().parse_args(["explore", "--model", TINY.model]))
+
+
+def test_a_model_without_dictionary_is_explored_without_codes_or_edits():
+    whole = shared_session()
+    view = build_model_view("no dictionary", shared_foundation().encoder, None, whole.dataset, k=K, progress=False,
+                            log=lambda _: None)
+    bare = TestClient(create_app(build_session(whole.dataset, [view])), raise_server_exceptions=False)
+    inspected = bare.post("/api/inspect", json={"image": 0}).json()
+    assert inspected["has_dictionary"] is False and "bars" not in inspected
+    edit = bare.post("/api/edit", json={"image": 0, "kind": "attenuate", "source": "red"})
+    assert edit.status_code == 400 and "has none" in edit.json()["error"]
+    assert bare.get("/api/atom/0").status_code == 400
+    assert bare.get("/api/point?modality=text&id=0").json()["forward"]
