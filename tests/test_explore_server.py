@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -15,11 +16,13 @@ from fastapi.testclient import TestClient
 from lace.cli import build_parser
 from lace.commands.demo import QUICK
 from lace.commands.explore import EXPLORE_MARK, _demo_config, session_from_args
+from lace.config import config_to_dict
 from lace.demo import DemoConfig
 from lace.errors import LaceInputError
 from lace.explore.app import MAX_BODY_BYTES, create_app
 from lace.explore.geometry import map_payload
 from lace.explore.state import build_model_view, build_session
+from lace.io import atomic_write_json
 from tests.explore_world import TINY, K, shared_foundation, shared_session
 
 
@@ -279,3 +282,17 @@ def test_a_model_without_dictionary_is_explored_without_codes_or_edits():
     assert edit.status_code == 400 and "has none" in edit.json()["error"]
     assert bare.get("/api/atom/0").status_code == 400
     assert bare.get("/api/point?modality=text&id=0").json()["forward"]
+
+
+def test_without_a_model_the_demo_folder_is_reused_and_its_lace_fine_tune_compared():
+    foundation = shared_foundation()
+    folder = foundation.base_path.parent.parent
+    atomic_write_json(folder / EXPLORE_MARK, {"config": config_to_dict(TINY)})
+    shutil.copy(foundation.base_path, foundation.base_path.with_name(f"lace-seed{TINY.seed}.pt"))
+    stages = {path: path.stat().st_mtime_ns for path in (folder / "stages").glob("*.json")}
+    args = build_parser().parse_args(["explore", "--demo", str(folder), "--k", "3", "--no-progress"])
+    session = session_from_args(args)
+    assert {path: path.stat().st_mtime_ns for path in (folder / "stages").glob("*.json")} == stages
+    assert [view.name for view in session.models] == ["demo base", f"{TINY.model} (lace-seed{TINY.seed}.pt)"]
+    assert session.n_images == TINY.world_images  # the quick world is shown whole
+    torch.testing.assert_close(session.models[1].image_embeddings, session.models[0].image_embeddings)
