@@ -50,6 +50,8 @@ def resolve_query(session: ExploreSession, view: ModelView, image: int | None, c
     text = caption.strip()
     if not text:
         raise input_error("request", "caption", "a caption with at least one word", caption)
+    if view.encoder is None:
+        raise input_error("request", "caption", f"a dataset caption ('{view.name}' has no text encoder here)", text)
     with torch.no_grad():
         z = view.encoder.encode_texts([text]).float().cpu()
     return Query(z, "text", text)

@@ -50,7 +50,7 @@ class ModelView:
     """
 
     name: str
-    encoder: DualEncoder
+    encoder: DualEncoder | None
     labelled: LabelledDictionary | None
     image_embeddings: torch.Tensor
     text_embeddings: torch.Tensor
@@ -148,13 +148,22 @@ class ExploreSession:
 def build_model_view(name: str, encoder: DualEncoder, labelled: LabelledDictionary | None,
                      dataset: ImageTextDataset, k: int = DEFAULT_K, progress: bool = True,
                      log: Callable[[str], None] = print) -> ModelView:
-    """Embed `dataset` with `encoder` (tqdm bars), code it, and compute the top-k lists both ways in chunks."""
+    """Embed `dataset` with `encoder` (tqdm bars), then `model_view_from_embeddings`."""
     captions = dataset.captions
     log(f"{name}: embedding {len(dataset)} images and {len(captions)} captions")
     images = torch.from_numpy(embed_images(encoder, dataset, progress=progress))
     texts = torch.from_numpy(embed_texts(encoder, captions, progress=progress))
+    return model_view_from_embeddings(name, encoder, labelled, images, texts, dataset.caption_image_index, k, log)
+
+
+def model_view_from_embeddings(name: str, encoder: DualEncoder | None, labelled: LabelledDictionary | None,
+                               images: torch.Tensor, texts: torch.Tensor, text_image_index, k: int = DEFAULT_K,
+                               log: Callable[[str], None] = print) -> ModelView:
+    """The view of (N_img, d) and (N_txt, d) unit embeddings: top-k lists both ways in chunks
+    (`lace.eval.neighbours.cross_neighbours`), N_k, one-way flags, the 2-D map and, with a dictionary of
+    the same dimension, dense codes. `encoder` (None: typed captions are refused) embeds typed captions."""
     forward, backward = cross_neighbours(images, texts, k)
-    owner = np.asarray(dataset.caption_image_index, dtype=np.int64)
+    owner = np.asarray(text_image_index, dtype=np.int64)
     image_to_text, text_to_image = forward.indices.numpy(), backward.indices.numpy()
     # each modality centred on its own mean, as the dictionary codes them: the map shows how images and
     # captions interleave rather than the gap between the two clouds
