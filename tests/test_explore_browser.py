@@ -5,6 +5,7 @@ edit's list differs, open an atom page and the map, save screenshots."""
 from __future__ import annotations
 
 import shutil
+import warnings
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,11 +17,16 @@ from tests.explore_world import shared_session
 TIMEOUT_MS = 15_000
 
 
+def _skip(reason: str) -> None:
+    """Skip with the reason in pytest's warnings summary, which even a quiet run prints."""
+    warnings.warn(f"browser test skipped: {reason}", UserWarning, stacklevel=2)
+    pytest.skip(reason)
+
+
 def _chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        print("browser test skipped: no chromium on PATH (make test runs scripts/ensure_browser.sh to install it)")
-        pytest.skip("no chromium on PATH (Debian's chromium package; scripts/ensure_browser.sh installs it)")
+        _skip("no chromium on PATH (Debian's chromium package; `make test` runs scripts/ensure_browser.sh to install it)")
     return path
 
 
@@ -28,8 +34,7 @@ def _playwright():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        print("browser test skipped: Playwright for Python is not installed (pyproject's dev extra)")
-        pytest.skip("Playwright for Python is not installed (pyproject's dev extra)")
+        _skip("Playwright for Python is not installed (pyproject's dev extra)")
     return sync_playwright
 
 
