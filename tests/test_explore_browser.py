@@ -1,6 +1,6 @@
 """`lace explore` driven in a real headless Chromium (Debian's package, through Playwright): load the page,
 pick an image, apply a transplant, check that the bars and both neighbour lists change and that the random
-edit's list differs, open an atom page and the map, save screenshots."""
+edit's list differs, open an atom page, the map and the two models side by side, save screenshots."""
 
 from __future__ import annotations
 
@@ -112,6 +112,12 @@ def test_explore_page_in_headless_chromium(tmp_path):
         assert page.locator("#point-forward li").count() > 0 and "mean" in page.inner_text("#point")
         page.screenshot(path=str(tmp_path / "explore-map.png"), full_page=True)
 
+        page.click("#tab-compare")
+        page.wait_for_selector(".compare-grid")
+        assert page.locator(".compare-grid > div").count() == 2
+        assert page.locator("#compare-bars-0 .bar").count() > 0 and f"#{image}" in page.inner_text("#compare-note")
+        page.screenshot(path=str(tmp_path / "explore-compare.png"), full_page=True)
+
         page.click("#tab-inspect")
         page.locator("#list-after li").first.click()
         page.wait_for_function("document.querySelector('#query b').textContent === 'caption'")
@@ -122,5 +128,5 @@ def test_explore_page_in_headless_chromium(tmp_path):
         assert "at least one word" in page.inner_text("#error") and "Traceback" not in page.inner_text("#error")
         browser.close()
     assert errors == []
-    for name in ("edit", "atom", "map"):
+    for name in ("edit", "atom", "map", "compare"):
         assert (tmp_path / f"explore-{name}.png").stat().st_size > 10_000
