@@ -9,6 +9,7 @@ overlap and each reads a known kind, a negative is a string that differs from it
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import assume, given
@@ -31,7 +32,7 @@ NAMES = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=10).
 
 def check_mentions(rules: RuleNegatives, caption: str) -> None:
     mentions = rules.mentions(caption)
-    for earlier, later in zip(mentions, mentions[1:]):
+    for earlier, later in itertools.pairwise(mentions):
         assert earlier.end <= later.start
     for mention in mentions:
         assert caption[mention.start:mention.end] == mention.text

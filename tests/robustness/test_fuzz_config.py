@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import re
 import tempfile
 import types
 import typing
@@ -27,6 +28,7 @@ from lace.config import add_config_arguments, config_from_args, config_to_dict, 
 from lace.data.world.config import WorldConfig
 from lace.demo.config import DemoConfig
 from lace.edits.config import EditConfig
+from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
 from lace.experiment.dictionary import DictionaryConfig
 from lace.study.config import StudyConfig
@@ -140,3 +142,22 @@ def test_any_flag_value(cls):  # `lace study` builds StudyConfig from its own po
             well_typed(config)
 
     check()
+
+
+@pytest.mark.parametrize(("cls", "content", "named"), [
+    (TrainConfig, "steps: [1, 2]\n", "field 'steps'"),
+    (TrainConfig, "steps: 1.5\n", "field 'steps'"),
+    (TrainConfig, "model: {a: 1}\n", "field 'model'"),
+    (EvalConfig, "edit: fast\n", "field 'edit'"),
+    (TrainConfig, "edit: {gamma: [0]}\n", "field 'gamma'"),
+    (TrainConfig, "1: 2\nsteps: 3\n", "unknown field(s) ['1']"),
+    (TrainConfig, "steps: [\n", "not valid YAML"),
+    (TrainConfig, b"steps: \xff\n", "not UTF-8"),
+    (StudyConfig, "out: runs\n", "missing required field(s) ['data']"),
+], ids=lambda value: str(value)[:20])
+def test_failures_found_by_fuzzing_are_input_errors(cls, content, named, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(LaceInputError, match=re.escape(named)) as error:
+        validated(load_config(cls, path))
+    assert str(path) in str(error.value)

@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 
 from lace.data.dataset import ImageTextDataset
 from lace.data.flickr8k import read_flickr8k
-from lace.data.readers import read_coco_captions, read_csv, read_dataset, read_karpathy, read_webdataset
+from lace.data.readers import (
+    read_coco_captions,
+    read_csv,
+    read_dataset,
+    read_karpathy,
+    read_webdataset,
+)
 from tests.robustness.fuzz_support import JSON_VALUES, expect_input_error, fuzz, near
 
 COCO = {"images": [{"id": 1, "file_name": "a.png"}, {"id": "2", "file_name": "b.png"}],
