@@ -279,6 +279,10 @@ class ConceptDictionary:
         without them r = 0 and |c| is the modality's mean centred norm.
         """
         self._check_fitted()
+        values = codes if isinstance(codes, Tensor) else codes.values
+        if isinstance(codes, Tensor) and (codes.ndim != 2 or codes.shape[1] != self.atoms_.shape[0]):
+            raise input_error("codes", "shape", f"(N, {self.atoms_.shape[0]}) dense codes", tuple(codes.shape))
+        check_finite(values.detach(), "codes")
         direction = decode(codes, self.atoms_.to(_device_of(codes)))
         if residual is not None:
             direction = direction + residual
