@@ -49,14 +49,14 @@ def check_negatives(rules: RuleNegatives, caption: str, seed: int) -> None:
         assert len(set(negatives)) == len(negatives)
 
 
-@fuzz(300)
+@fuzz(200)
 @given(CAPTIONS)
 def test_words_spans_point_at_their_words(caption):
     for word, start, end in words(caption):
         assert caption[start:end].lower() == word and word
 
 
-@fuzz(200)
+@fuzz(100)
 @given(st.text(max_size=20), st.sampled_from(["object", "attribute", "relation"]))
 def test_plurals_and_surface_forms_of_any_name(name, kind):
     assert plural(name) in plural_forms(name)
@@ -64,14 +64,14 @@ def test_plurals_and_surface_forms_of_any_name(name, kind):
     assert " ".join(name.lower().split()) in forms
 
 
-@fuzz(300)
+@fuzz(200)
 @given(CAPTIONS, st.integers(0, 2**16))
 def test_rule_editor_on_any_caption_with_the_natural_vocabulary(caption, seed):
     check_mentions(NATURAL_RULES, caption)
     check_negatives(NATURAL_RULES, caption, seed)
 
 
-@fuzz(150)
+@fuzz(100)
 @given(
     st.lists(NAMES, max_size=4), st.dictionaries(st.sampled_from(["colour", "size", "Material"]),
                                                  st.lists(NAMES, max_size=3), max_size=2),

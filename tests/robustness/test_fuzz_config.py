@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import io
 import re
 import tempfile
@@ -33,7 +34,7 @@ from lace.eval.runner import EvalConfig
 from lace.experiment.dictionary import DictionaryConfig
 from lace.study.config import StudyConfig
 from lace.train.config import TrainConfig
-from tests.robustness.fuzz_support import JSON_VALUES, expect_input_error, fuzz, near
+from tests.robustness.fuzz_support import JSON_VALUES, expect_input_error, fuzz, near_few
 
 CONFIGS = (TrainConfig, EditConfig, WorldConfig, EvalConfig, DemoConfig, DictionaryConfig, StudyConfig)
 REQUIRED = {StudyConfig: {"data": "flickr8k", "out": "runs/study"}}
@@ -103,45 +104,45 @@ def load_yaml_text(cls: type, content: str | bytes) -> None:
 
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
-def test_config_shaped_yaml(cls):
-    @fuzz(60)
-    @given(near(template(cls)) | st.builds(lambda d: {k: str(v) for k, v in d.items()}, near(template(cls))))
-    def check(value):
-        load_yaml_text(cls, yaml.safe_dump(value, allow_unicode=True))
+@fuzz(40)
+@given(data=st.data())
+def test_config_shaped_yaml(cls, data):
+    shaped = near_few(template(cls))
+    value = data.draw(shaped | st.builds(lambda d: {k: str(v) for k, v in d.items()}, shaped))
+    load_yaml_text(cls, yaml.safe_dump(value, allow_unicode=True))
 
-    check()
 
-
-@fuzz(80)
+@fuzz(60)
 @given(JSON_VALUES | st.text(max_size=40) | st.binary(max_size=40), st.sampled_from(CONFIGS))
 def test_any_yaml_file(value, cls):
     load_yaml_text(cls, value if isinstance(value, (str, bytes)) else yaml.safe_dump(value))
 
 
-@pytest.mark.parametrize("cls", [c for c in CONFIGS if c not in REQUIRED], ids=lambda cls: cls.__name__)
-def test_any_flag_value(cls):  # `lace study` builds StudyConfig from its own positional arguments
-    parser = argparse.ArgumentParser(exit_on_error=True)
+@functools.cache
+def flag_parser(cls: type) -> tuple[argparse.ArgumentParser, list[argparse.Action]]:
+    parser = argparse.ArgumentParser()
     add_config_arguments(parser, cls)
-    flags = [action for action in parser._actions if action.option_strings and action.dest != "help"]
+    return parser, [action for action in parser._actions if action.option_strings and action.dest != "help"]
 
-    @fuzz(40)
-    @given(st.sampled_from(flags), st.text(max_size=12) | st.sampled_from(["1", "0.5", "-3", "none", "true", "a,b"]))
-    def check(action, text):
-        flag = action.option_strings[0]
-        argv = ([flag] if action.nargs == 0 else [f"{flag}={text}"])
-        errors = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(errors):
-                args = parser.parse_args(argv)
-        except SystemExit as exit:
-            assert exit.code == 2 and flag in errors.getvalue(), errors.getvalue()
-            return
-        config = expect_input_error(lambda: validated(config_from_args(cls, args)),
-                                    *field_names(cls))
-        if config is not None:
-            well_typed(config)
 
-    check()
+@pytest.mark.parametrize("cls", [c for c in CONFIGS if c not in REQUIRED], ids=lambda cls: cls.__name__)
+@fuzz(30)
+@given(data=st.data())
+def test_any_flag_value(cls, data):  # `lace study` builds StudyConfig from its own positional arguments
+    parser, flags = flag_parser(cls)
+    action = data.draw(st.sampled_from(flags))
+    text = data.draw(st.text(max_size=12) | st.sampled_from(["1", "0.5", "-3", "none", "true", "a,b"]))
+    flag = action.option_strings[0]
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = parser.parse_args([flag] if action.nargs == 0 else [f"{flag}={text}"])
+    except SystemExit as exit:
+        assert exit.code == 2 and flag in errors.getvalue(), errors.getvalue()
+        return
+    config = expect_input_error(lambda: validated(config_from_args(cls, args)), *field_names(cls))
+    if config is not None:
+        well_typed(config)
 
 
 @pytest.mark.parametrize(("cls", "content", "named"), [

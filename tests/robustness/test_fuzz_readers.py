@@ -54,7 +54,7 @@ def write_json(folder: Path, name: str, value) -> Path:
     return path
 
 
-@fuzz(200)
+@fuzz(120)
 @given(near(COCO))
 @example({"images": [{"id": [1], "file_name": "a.png"}], "annotations": [{"image_id": [1], "caption": "x"}]})
 def test_coco_captions(value):
@@ -64,7 +64,7 @@ def test_coco_captions(value):
         check_dataset(expect_input_error(lambda: read_dataset(path), path))
 
 
-@fuzz(200)
+@fuzz(120)
 @given(near(KARPATHY), st.sampled_from([None, "test", "train"]))
 @example({"images": [{"filename": "a.png", "filepath": 3, "split": "test", "sentences": [{"raw": "x"}]}]}, None)
 def test_karpathy(value, split):
@@ -74,7 +74,7 @@ def test_karpathy(value, split):
         check_dataset(expect_input_error(lambda: read_dataset(path, split=split), path))
 
 
-@fuzz(80)
+@fuzz(50)
 @given(JSON_VALUES | st.binary(max_size=30))
 @example(b"\xff\xfe")
 @example(b"[" * 5000)
@@ -89,7 +89,7 @@ CSV_TABLES = st.tuples(st.lists(st.sampled_from(COLUMNS) | st.text(max_size=5), 
                        st.lists(st.lists(CELLS, max_size=5), max_size=4))
 
 
-@fuzz(200)
+@fuzz(120)
 @given(CSV_TABLES | st.binary(max_size=40) | st.text(max_size=60), st.sampled_from([".csv", ".tsv"]))
 @example(b"image,caption\n\xff.png,a cube\n", ".csv")
 @example('image,caption\na.png,"' + "x" * 140000 + '"\n', ".csv")
@@ -116,7 +116,7 @@ MEMBER_BYTES = (st.binary(max_size=20) | st.text(max_size=20).map(str.encode)
                 | near({"caption": "a cube", "captions": ["a", "b"]}).map(lambda v: json.dumps(v).encode()))
 
 
-@fuzz(150)
+@fuzz(100)
 @given(st.lists(st.tuples(MEMBER_NAMES, MEMBER_BYTES), max_size=5) | st.binary(max_size=64))
 @example([("k1.png", b""), ("k1.json", b'{"captions": 3}')])
 @example([("k1.png", b""), ("k1.txt", b"\xff")])
@@ -138,7 +138,7 @@ def test_webdataset_shards(members):
             assert all(record.tar_member for record in dataset.records)
 
 
-@fuzz(100)
+@fuzz(60)
 @given(st.lists(st.lists(CELLS, min_size=0, max_size=3), max_size=6), st.booleans(),
        st.sampled_from([None, "train", "val", "test"]))
 def test_flickr8k(rows, check_images, split):

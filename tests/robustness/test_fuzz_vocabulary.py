@@ -34,26 +34,26 @@ def load_text(content: str | bytes):
     return vocabulary
 
 
-@fuzz(250)
+@fuzz(150)
 @given(near(TEMPLATE))
 def test_vocabulary_shaped_yaml(value):
     load_text(yaml.safe_dump(value, allow_unicode=True))
 
 
-@fuzz(100)
+@fuzz(60)
 @given(JSON_VALUES)
 def test_any_yaml_value(value):
     load_text(yaml.safe_dump(value, allow_unicode=True))
 
 
-@fuzz(150)
+@fuzz(100)
 @given(st.text(max_size=60) | st.binary(max_size=60))
 @example(b"\x80")  # once a UnicodeDecodeError
 def test_any_text_or_bytes(content):
     load_text(content)
 
 
-@fuzz(60)
+@fuzz(40)
 @given(st.dictionaries(st.integers(0, 3) | st.booleans() | st.sampled_from(["objects", "x"]),
                        st.lists(st.text(max_size=5), max_size=2), max_size=3))
 @example({0: [], "x": []})  # once a TypeError sorting the unknown keys
