@@ -276,7 +276,8 @@ class ConceptDictionary:
         """Unit embeddings (N, d) from codes: normalize(mu_m + |c| (a D + r) / |a D + r|).
 
         With the residual and norm from `encode_embeddings` the input comes back exactly;
-        without them r = 0 and |c| is the modality's mean centred norm.
+        without them r = 0 and |c| is the modality's mean centred norm. Codes with NaN or inf,
+        or dense codes not of width K, are a `LaceInputError`.
         """
         self._check_fitted()
         values = codes if isinstance(codes, Tensor) else codes.values
