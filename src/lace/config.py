@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 import yaml
 
 from lace.errors import LaceInputError
-from lace.io import read_text
 
 ConfigT = TypeVar("ConfigT")
 
@@ -212,15 +211,15 @@ def _typed_value(annotation: Any, value: Any, where: str) -> Any:
         else:
             items = [_typed_value(args[0], v, where) for v in value] if args else list(value)
         return tuple(items) if origin is tuple else items
-    if base is bool and isinstance(value, bool):
-        return value
+    if isinstance(value, bool) and base in (int, float):  # a bool is an int to Python, not to a config
+        raise LaceInputError(f"{where}: expected {getattr(base, '__name__', base)}, not true/false (got {value!r})")
     if base is int and is_number and float(value).is_integer():
         return int(value)
     if base is float and is_number:
         return float(value)
     if base is str and is_number:
         return str(value)
-    if base is Path and isinstance(value, Path) or (isinstance(base, type) and isinstance(value, base)):
+    if isinstance(base, type) and isinstance(value, base):
         return value
     if not isinstance(base, type) and origin is None:  # a type this loader does not check (Any, a TypeVar)
         return value
@@ -234,7 +233,10 @@ def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: config file not found")
-    text = read_text(path)
+    try:  # config sits beside lace.io, not above it, so it reads the file itself
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise LaceInputError(f"{path}: not UTF-8 text ({error})") from error
     try:
         values = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:

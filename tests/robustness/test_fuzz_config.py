@@ -148,6 +148,7 @@ def test_any_flag_value(cls, data):  # `lace study` builds StudyConfig from its 
 @pytest.mark.parametrize(("cls", "content", "named"), [
     (TrainConfig, "steps: [1, 2]\n", "field 'steps'"),
     (TrainConfig, "steps: 1.5\n", "field 'steps'"),
+    (TrainConfig, "steps: true\n", "field 'steps'"),
     (TrainConfig, "model: {a: 1}\n", "field 'model'"),
     (EvalConfig, "edit: fast\n", "field 'edit'"),
     (TrainConfig, "edit: {gamma: [0]}\n", "field 'gamma'"),

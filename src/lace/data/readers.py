@@ -135,7 +135,8 @@ def read_csv(
     try:
         grouped = _csv_captions(path, separator, image_column, caption_column)
     except (UnicodeDecodeError, csv.Error) as error:
-        raise LaceInputError(f"{path}: not a readable UTF-8 {'TSV' if separator == chr(9) else 'CSV'} file ({error})") from error
+        kind = "TSV" if separator == "\t" else "CSV"
+        raise LaceInputError(f"{path}: not a readable UTF-8 {kind} file ({error})") from error
     records = [ImageTextRecord(image, image_root / image, tuple(texts)) for image, texts in grouped.items()]
     return ImageTextDataset(records, str(path))
 
