@@ -158,32 +158,74 @@ def add_config_arguments(
 
 
 def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "config") -> ConfigT:
-    """Build `cls` from a mapping, naming the source and the field on bad keys or values."""
+    """Build `cls` from a mapping, naming the source and the field on bad keys, values or types.
+
+    Values are checked against the field's type: text is parsed as a flag would be, an int is
+    accepted for a float, a number for a string, a list for a tuple; anything else that does not
+    match (a list for an int, a mapping for a string) is a `LaceInputError`.
+    """
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+    unknown = sorted(str(key) for key in set(values) - names)
     if unknown:
         raise LaceInputError(
             f"{source}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
         )
     hints = typing.get_type_hints(cls)
-    defaults = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    missing = sorted(name for name, f in fields.items() if name not in values and f.init
+                     and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    if missing:
+        raise LaceInputError(f"{source}: missing required field(s) {missing} for {cls.__name__}")
     converted = {}
     for key, value in values.items():
-        base = _base_type(hints[key])
         nested = _nested(hints[key])
         if nested is not None and isinstance(value, dict):
-            default = _default(defaults[key])
+            default = _default(fields[key])
             merged = {**(config_to_dict(default) if default is not None else {}), **value}
             value = config_from_dict(nested, merged, source=f"{source}: field '{key}'")
-        elif isinstance(value, str) and base is not str:
-            try:
-                value = _parse_value(hints[key], value)
-            except (ValueError, argparse.ArgumentTypeError) as error:
-                raise LaceInputError(f"{source}: field '{key}': {error}") from error
-        elif typing.get_origin(base) is tuple and isinstance(value, list):
-            value = tuple(value)
+        else:
+            value = _typed_value(hints[key], value, f"{source}: field '{key}'")
         converted[key] = value
     return cls(**converted)
+
+
+def _typed_value(annotation: Any, value: Any, where: str) -> Any:
+    """`value` as a field of type `annotation` holds it, or a `LaceInputError` naming `where`."""
+    base = _base_type(annotation)
+    if value is None and base is not annotation:
+        return None
+    if _nested(annotation) is not None and not isinstance(value, base):
+        raise LaceInputError(f"{where}: expected a mapping of {base.__name__} fields (got {value!r})")
+    if isinstance(value, str) and base is not str:
+        try:
+            return _parse_value(annotation, value)
+        except (ValueError, argparse.ArgumentTypeError) as error:
+            raise LaceInputError(f"{where}: {error}") from error
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin in (tuple, list) and isinstance(value, (list, tuple)):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if args and len(value) != len(args):
+                raise LaceInputError(f"{where}: expected {len(args)} items (got {value!r})")
+            items = [_typed_value(a, v, where) for a, v in zip(args, value)] if args else list(value)
+        else:
+            items = [_typed_value(args[0], v, where) for v in value] if args else list(value)
+        return tuple(items) if origin is tuple else items
+    if isinstance(value, bool) and base in (int, float):  # a bool is an int to Python, not to a config
+        raise LaceInputError(f"{where}: expected {getattr(base, '__name__', base)}, not true/false (got {value!r})")
+    if base is int and is_number and float(value).is_integer():
+        return int(value)
+    if base is float and is_number:
+        return float(value)
+    if base is str and is_number:
+        return str(value)
+    if isinstance(base, type) and isinstance(value, base):
+        return value
+    if not isinstance(base, type) and origin is None:  # a type this loader does not check (Any, a TypeVar)
+        return value
+    expected = getattr(base, "__name__", str(base))
+    raise LaceInputError(f"{where}: expected {'a list' if origin in (tuple, list) else expected}"
+                         f"{' or none' if base is not annotation else ''} (got {value!r})")
 
 
 def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
@@ -191,7 +233,14 @@ def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: config file not found")
-    values = yaml.safe_load(path.read_text()) or {}
+    try:  # config sits beside lace.io, not above it, so it reads the file itself
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise LaceInputError(f"{path}: not UTF-8 text ({error})") from error
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise LaceInputError(f"{path}: not valid YAML ({error})") from error
     if not isinstance(values, dict):
         raise LaceInputError(f"{path}: expected a mapping of field: value at the top level")
     return config_from_dict(cls, values, source=str(path))

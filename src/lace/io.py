@@ -47,15 +47,27 @@ def atomic_write_json(path: str | os.PathLike, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> object:
-    """Read JSON, turning a missing or malformed file into a `LaceInputError` naming it."""
+def read_text(path: str | os.PathLike) -> str:
+    """Read a UTF-8 text file, turning a missing file or other bytes into a `LaceInputError` naming it."""
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise LaceInputError(f"{path}: not UTF-8 text ({error})") from error
+
+
+def read_json(path: str | os.PathLike) -> object:
+    """Read JSON, turning a missing or malformed file into a `LaceInputError` naming it."""
+    path = Path(path)
+    text = read_text(path)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise LaceInputError(f"{path}: not valid JSON ({error})") from error
+    except RecursionError as error:  # nesting deeper than the interpreter's stack
+        raise LaceInputError(f"{path}: not valid JSON (nested too deeply)") from error
 
 
 def read_safetensors(path: str | os.PathLike) -> dict:

@@ -12,6 +12,23 @@ The LACE loss appends hard negatives to the rows of the two logit matrices:
 Invalid extra columns are masked to -inf, so a row without a valid edit is exactly its
 plain CLIP row.
 
+Edge cases, decided:
+- Shapes are checked: U and V must be (B, d) with B >= 1 and the same d, the galleries (G, d)
+  with the own rows inside them; anything else is a `LaceInputError` naming the argument.
+  An empty batch has no contrastive loss (open_clip returns NaN there) and is refused.
+- A single pair (B = 1) has a plain CLIP loss of exactly 0 and no gradient: its only
+  column is its own match. Its counterfactual negatives still give a positive loss.
+- NaN or inf in U, V or the scale propagate into the loss, as in open_clip and in
+  `F.cross_entropy`; the loss does not read values back (that would stall the GPU every
+  step). The trainer checks the loss it logs and stops before writing a checkpoint from a
+  diverged model. Invalid negatives may hold anything, NaN included: they never reach
+  the loss or its gradient.
+- Duplicates: when two pairs of a batch share an image or a caption (five captions per
+  Flickr8k image), the other copy is a false negative. By default it stays a negative,
+  exactly as open_clip's `ClipLoss` treats it (its targets are `arange(B)`, nothing is
+  masked). Pass `false_negatives` (B, G) to take such columns out of both softmaxes;
+  `duplicate_pairs` builds it from image and caption keys.
+
 Data parallel training: each process computes the rows of its own pairs against the
 columns of all processes (`gallery_images`, `gallery_texts`, gathered with gradient; the
 own pairs sit at `row_offset`). The counterfactual negatives of a pair only ever extend
@@ -25,16 +42,57 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lace.errors import input_error
+
 
 def _targets(n_rows: int, row_offset: int, device: torch.device) -> Tensor:
     return torch.arange(row_offset, row_offset + n_rows, device=device)
 
 
+def _check_shapes(U: Tensor, V: Tensor, logit_scale: Tensor, gallery_images: Tensor, gallery_texts: Tensor,
+                  row_offset: int, false_negatives: Tensor | None) -> None:
+    if U.ndim != 2 or U.shape[0] < 1:
+        raise input_error("contrastive loss", "U", "(B, d) image embeddings with B >= 1", tuple(U.shape))
+    if V.shape != U.shape:
+        raise input_error("contrastive loss", "V", f"(B, d) = {tuple(U.shape)} text embeddings, like U",
+                          tuple(V.shape))
+    for name, gallery in (("gallery_images", gallery_images), ("gallery_texts", gallery_texts)):
+        if gallery.ndim != 2 or gallery.shape[1] != U.shape[1] or gallery.shape[0] < row_offset + U.shape[0]:
+            raise input_error("contrastive loss", name, f"(G, {U.shape[1]}) with the own rows at "
+                              f"{row_offset}..{row_offset + U.shape[0] - 1}", tuple(gallery.shape))
+    if row_offset < 0:
+        raise input_error("contrastive loss", "row_offset", "a non-negative row", row_offset)
+    if torch.as_tensor(logit_scale).numel() != 1:
+        raise input_error("contrastive loss", "logit_scale", "a scalar", tuple(torch.as_tensor(logit_scale).shape))
+    if false_negatives is not None and (false_negatives.shape != (U.shape[0], gallery_texts.shape[0])
+                                        or gallery_images.shape[0] != gallery_texts.shape[0]):
+        raise input_error("contrastive loss", "false_negatives", f"a (B, G) = ({U.shape[0]}, "
+                          f"{gallery_texts.shape[0]}) bool mask", tuple(false_negatives.shape))
+
+
+def duplicate_pairs(image_keys: Tensor, caption_keys: Tensor, gallery_image_keys: Tensor | None = None,
+                    gallery_caption_keys: Tensor | None = None, row_offset: int = 0) -> Tensor:
+    """(B, G) bool: column g is another pair with row i's image or caption (a false negative of row i).
+
+    Keys are integer ids, (B,) for the own rows and (G,) for the gallery (default: the own rows);
+    equal ids mean the same image (or the same caption text). A row's own column is never marked.
+    """
+    gallery_image_keys = image_keys if gallery_image_keys is None else gallery_image_keys
+    gallery_caption_keys = caption_keys if gallery_caption_keys is None else gallery_caption_keys
+    shared = (image_keys[:, None] == gallery_image_keys[None, :]) | (caption_keys[:, None] == gallery_caption_keys[None, :])
+    own = _targets(image_keys.shape[0], row_offset, image_keys.device)
+    shared[torch.arange(image_keys.shape[0], device=image_keys.device), own] = False
+    return shared
+
+
 def _extended_logits(
-    queries: Tensor, gallery: Tensor, logit_scale: Tensor, negatives: Tensor | None, valid: Tensor | None
+    queries: Tensor, gallery: Tensor, logit_scale: Tensor, negatives: Tensor | None, valid: Tensor | None,
+    false_negatives: Tensor | None = None,
 ) -> Tensor:
     """(B, G) logits against the gallery, with (B, M) masked negative logits appended."""
     logits = logit_scale * queries @ gallery.T  # (B, G)
+    if false_negatives is not None:
+        logits = logits.masked_fill(false_negatives.to(torch.bool), float("-inf"))
     if negatives is None:
         return logits
     if negatives.ndim != 3 or negatives.shape[0] != queries.shape[0] or negatives.shape[2] != queries.shape[1]:
@@ -62,6 +120,7 @@ def clip_loss(
     gallery_images: Tensor | None = None,
     gallery_texts: Tensor | None = None,
     row_offset: int = 0,
+    false_negatives: Tensor | None = None,
 ) -> Tensor:
     """Plain CLIP loss `0.5 * (CE(s U V^T, I) + CE(s V U^T, I))`, open_clip's `ClipLoss`.
 
@@ -72,11 +131,14 @@ def clip_loss(
         gallery_images, gallery_texts: (G, d) columns when they are more than the own
             pairs (all processes' embeddings); the own pairs are rows
             `row_offset .. row_offset + B` of the gallery. Default: U and V themselves.
+        false_negatives: (B, G) bool, columns to leave out of row i's softmax in both
+            directions (other copies of its image or caption, `duplicate_pairs`). Default
+            None: every other pair is a negative, as in open_clip.
     Returns:
         scalar loss, the mean over rows of both directions.
     """
     return lace_loss(U, V, logit_scale, gallery_images=gallery_images, gallery_texts=gallery_texts,
-                     row_offset=row_offset)
+                     row_offset=row_offset, false_negatives=false_negatives)
 
 
 def lace_loss(
@@ -92,11 +154,12 @@ def lace_loss(
     gallery_images: Tensor | None = None,
     gallery_texts: Tensor | None = None,
     row_offset: int = 0,
+    false_negatives: Tensor | None = None,
 ) -> Tensor:
     """CLIP loss with counterfactual negatives appended to each row.
 
     Args:
-        U, V, logit_scale, gallery_*, row_offset: as in `clip_loss`.
+        U, V, logit_scale, gallery_*, row_offset, false_negatives: as in `clip_loss`.
         caption_negatives: (B, M, d) negatives for image->text row i (edits of caption i), or None.
         caption_valid: (B, M) bool, which caption negatives count (None: all).
         image_negatives: (B, M', d) negatives for text->image row j (edits of image j), or None.
@@ -110,9 +173,13 @@ def lace_loss(
     """
     gallery_images = U if gallery_images is None else gallery_images
     gallery_texts = V if gallery_texts is None else gallery_texts
+    _check_shapes(U, V, logit_scale, gallery_images, gallery_texts, row_offset, false_negatives)
     targets = _targets(U.shape[0], row_offset, U.device)
-    image_to_text = _extended_logits(U, gallery_texts, logit_scale, caption_negatives, caption_valid)
-    text_to_image = _extended_logits(V, gallery_images, logit_scale, image_negatives, image_valid)
+    if false_negatives is not None:  # a row's own pair is its target, never a false negative
+        false_negatives = false_negatives.to(torch.bool).clone()
+        false_negatives[torch.arange(U.shape[0], device=U.device), targets] = False
+    image_to_text = _extended_logits(U, gallery_texts, logit_scale, caption_negatives, caption_valid, false_negatives)
+    text_to_image = _extended_logits(V, gallery_images, logit_scale, image_negatives, image_valid, false_negatives)
     extended = 0.5 * (F.cross_entropy(image_to_text, targets) + F.cross_entropy(text_to_image, targets))
     if weight == 1.0 or (caption_negatives is None and image_negatives is None):
         return extended

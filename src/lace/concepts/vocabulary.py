@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from lace.errors import LaceInputError, input_error
+from lace.io import read_text
 
 KINDS = ("object", "attribute", "relation")
 VOCABULARY_DIR = Path(__file__).parent / "vocabularies"
@@ -99,8 +100,9 @@ def load_vocabulary(path: str | Path) -> Vocabulary:
         path = VOCABULARY_DIR / f"{path.name}.yaml"
     if not path.is_file():
         raise LaceInputError(f"{path}: vocabulary file not found (expected a YAML file)")
+    text = read_text(path)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_ConceptLoader)
+        data = yaml.load(text, Loader=_ConceptLoader)
     except yaml.YAMLError as error:
         raise LaceInputError(f"{path}: not valid YAML ({error})") from error
     return vocabulary_from_dict(data, where=path)
@@ -112,7 +114,7 @@ def vocabulary_from_dict(data: object, where: object = "vocabulary") -> Vocabula
         raise input_error(where, None, "a mapping with objects, attributes and relations", type(data).__name__)
     unknown = set(data) - {"name", "objects", "attributes", "relations"}
     if unknown:
-        raise input_error(where, min(unknown), "only the fields name, objects, attributes, relations")
+        raise input_error(where, min(map(str, unknown)), "only the fields name, objects, attributes, relations")
     concepts: list[Concept] = []
     for name in _names(data.get("objects"), where, "objects"):
         concepts.append(Concept(name, "object", "object"))

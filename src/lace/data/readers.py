@@ -47,6 +47,18 @@ def _require(entry: dict, key: str, where: str, index: int) -> object:
     return entry[key]
 
 
+def _image_id(value: object, where: str, field: str) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise input_error(where, field, "an image id (an integer or a string)", value)
+    return value
+
+
+def _file_name(value: object, where: str, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise input_error(where, field, "a file name (a non-empty string)", value)
+    return value
+
+
 def read_coco_captions(path: str | Path, image_root: str | Path | None = None) -> ImageTextDataset:
     """COCO captions JSON. Images resolve against `image_root` (default: the folder above
     `annotations/` when the file sits in one, else the file's folder)."""
@@ -62,12 +74,13 @@ def read_coco_captions(path: str | Path, image_root: str | Path | None = None) -
     image_root = Path(image_root)
     captions: dict[object, list[str]] = defaultdict(list)
     for i, annotation in enumerate(data["annotations"]):
-        image_id = _require(annotation, "image_id", f"{path}: annotations", i)
+        image_id = _image_id(_require(annotation, "image_id", f"{path}: annotations", i), path,
+                             f"annotations.{i}.image_id")
         captions[image_id].append(_caption(_require(annotation, "caption", f"{path}: annotations", i), path, f"annotations.{i}.caption"))
     records = []
     for i, image in enumerate(data["images"]):
-        image_id = _require(image, "id", f"{path}: images", i)
-        file_name = _require(image, "file_name", f"{path}: images", i)
+        image_id = _image_id(_require(image, "id", f"{path}: images", i), path, f"images.{i}.id")
+        file_name = _file_name(_require(image, "file_name", f"{path}: images", i), path, f"images.{i}.file_name")
         if image_id in captions:
             records.append(ImageTextRecord(str(image_id), image_root / str(file_name), tuple(captions[image_id])))
     return ImageTextDataset(records, str(path))
@@ -83,8 +96,10 @@ def read_karpathy(path: str | Path, image_root: str | Path | None = None, split:
     records = []
     for i, image in enumerate(data["images"]):
         where = f"{path}: images"
-        filename = _require(image, "filename", where, i)
-        image_split = str(_require(image, "split", where, i))
+        filename = _file_name(_require(image, "filename", where, i), path, f"images.{i}.filename")
+        image_split = _require(image, "split", where, i)
+        if not isinstance(image_split, str):
+            raise input_error(path, f"images.{i}.split", "a split name (train, val, test, restval)", image_split)
         image_split = KARPATHY_SPLIT_ALIASES.get(image_split, image_split)
         if split is not None and image_split != split:
             continue
@@ -95,7 +110,8 @@ def read_karpathy(path: str | Path, image_root: str | Path | None = None, split:
             _caption(_require(s, "raw", f"{path}: images.{i}.sentences", j), path, f"images.{i}.sentences.{j}.raw")
             for j, s in enumerate(sentences)
         )
-        folder = image_root / image["filepath"] if image.get("filepath") else image_root
+        folder = image_root / _file_name(image["filepath"], path, f"images.{i}.filepath") \
+            if image.get("filepath") else image_root
         image_id = image.get("cocoid", image.get("imgid", filename))
         records.append(ImageTextRecord(str(image_id), folder / str(filename), texts, split=image_split))
     if split is not None and not records:
@@ -116,6 +132,18 @@ def read_csv(
         raise LaceInputError(f"{path}: file not found")
     separator = separator or ("\t" if path.suffix == ".tsv" else ",")
     image_root = Path(image_root) if image_root is not None else path.parent
+    try:
+        grouped = _csv_captions(path, separator, image_column, caption_column)
+    except (UnicodeDecodeError, csv.Error) as error:
+        kind = "TSV" if separator == "\t" else "CSV"
+        raise LaceInputError(f"{path}: not a readable UTF-8 {kind} file ({error})") from error
+    records = [ImageTextRecord(image, image_root / image, tuple(texts)) for image, texts in grouped.items()]
+    return ImageTextDataset(records, str(path))
+
+
+def _csv_captions(path: Path, separator: str, image_column: str | None, caption_column: str | None
+                  ) -> dict[str, list[str]]:
+    """Image -> its captions, in file order, from a CSV/TSV with a header."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f, delimiter=separator)
         header = reader.fieldnames or []
@@ -131,8 +159,7 @@ def read_csv(
             if not image:
                 raise input_error(f"{path}:{line}", image_column, "an image path")
             grouped.setdefault(image, []).append(_caption(row.get(caption_column), f"{path}:{line}", caption_column))
-    records = [ImageTextRecord(image, image_root / image, tuple(texts)) for image, texts in grouped.items()]
-    return ImageTextDataset(records, str(path))
+    return grouped
 
 
 def _expand_shards(pattern: str) -> list[Path]:
@@ -155,28 +182,47 @@ def read_webdataset(pattern: str | Path) -> ImageTextDataset:
             raise LaceInputError(f"{shard}: shard not found (pattern {pattern})")
         samples: dict[str, dict[str, str]] = defaultdict(dict)
         captions: dict[str, list[str]] = {}
-        with tarfile.open(shard) as tar:
-            for member in tar.getmembers():
-                if not member.isfile():
-                    continue
-                key, _, extension = member.name.partition(".")
-                extension = "." + extension.lower()
-                if extension in IMAGE_SUFFIXES:
-                    samples[key]["image"] = member.name
-                elif extension == ".txt":
-                    text = tar.extractfile(member).read().decode("utf-8")
-                    captions[key] = [_caption(t, f"{shard}:{member.name}", "text") for t in text.splitlines() if t.strip()]
-                elif extension == ".json" and key not in captions:
-                    meta = json.loads(tar.extractfile(member).read())
-                    found = meta.get("captions", meta.get("caption")) if isinstance(meta, dict) else None
-                    if found is not None:
-                        found = [found] if isinstance(found, str) else found
-                        captions[key] = [_caption(t, f"{shard}:{member.name}", "caption") for t in found]
+        try:
+            with tarfile.open(shard) as tar:
+                for member in tar.getmembers():
+                    if not member.isfile():
+                        continue
+                    key, _, extension = member.name.partition(".")
+                    extension = "." + extension.lower()
+                    if extension in IMAGE_SUFFIXES:
+                        samples[key]["image"] = member.name
+                    elif extension == ".txt" or (extension == ".json" and key not in captions):
+                        found = _member_captions(tar.extractfile(member).read(), extension, f"{shard}:{member.name}")
+                        if found is not None:
+                            captions[key] = found
+        except tarfile.TarError as error:
+            raise LaceInputError(f"{shard}: not a readable tar shard ({error})") from error
         for key, members in samples.items():
             if key not in captions or not captions[key]:
                 raise input_error(f"{shard}:{key}", "txt", "a caption member (<key>.txt or <key>.json)")
             records.append(ImageTextRecord(key, shard, tuple(captions[key]), tar_member=members["image"]))
     return ImageTextDataset(records, str(pattern))
+
+
+def _member_captions(data: bytes, extension: str, where: str) -> list[str] | None:
+    """Captions of a `.txt` member (one a line) or a `.json` member (`captions` or `caption`); None when
+    the JSON names none."""
+    try:
+        text = data.decode("utf-8")
+        if extension == ".txt":
+            return [_caption(t, where, "text") for t in text.splitlines() if t.strip()]
+        meta = json.loads(text)
+    except UnicodeDecodeError as error:
+        raise LaceInputError(f"{where}: not UTF-8 text ({error})") from error
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise LaceInputError(f"{where}: not valid JSON ({error})") from error
+    found = meta.get("captions", meta.get("caption")) if isinstance(meta, dict) else None
+    if found is None:
+        return None
+    found = [found] if isinstance(found, str) else found
+    if not isinstance(found, list):
+        raise input_error(where, "captions", "a caption string or a list of them", found)
+    return [_caption(t, where, "caption") for t in found]
 
 
 def read_dataset(

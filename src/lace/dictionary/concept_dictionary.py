@@ -276,9 +276,14 @@ class ConceptDictionary:
         """Unit embeddings (N, d) from codes: normalize(mu_m + |c| (a D + r) / |a D + r|).
 
         With the residual and norm from `encode_embeddings` the input comes back exactly;
-        without them r = 0 and |c| is the modality's mean centred norm.
+        without them r = 0 and |c| is the modality's mean centred norm. Codes with NaN or inf,
+        or dense codes not of width K, are a `LaceInputError`.
         """
         self._check_fitted()
+        values = codes if isinstance(codes, Tensor) else codes.values
+        if isinstance(codes, Tensor) and (codes.ndim != 2 or codes.shape[1] != self.atoms_.shape[0]):
+            raise input_error("codes", "shape", f"(N, {self.atoms_.shape[0]}) dense codes", tuple(codes.shape))
+        check_finite(values.detach(), "codes")
         direction = decode(codes, self.atoms_.to(_device_of(codes)))
         if residual is not None:
             direction = direction + residual

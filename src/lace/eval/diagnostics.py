@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lace.errors import input_error
 from lace.eval.hubness import hubness_figures
 from lace.eval.metrics import recall_from_neighbours
 from lace.eval.neighbours import DEFAULT_CHUNK, Neighbours, cross_neighbours
@@ -83,6 +84,9 @@ def _checked(image_embeddings, text_embeddings, text_image_index) -> tuple[torch
     texts = torch.as_tensor(np.asarray(text_embeddings) if not isinstance(text_embeddings, torch.Tensor)
                             else text_embeddings).float()
     owner = np.asarray(text_image_index, dtype=np.int64)
+    if images.ndim != 2 or texts.ndim != 2 or not len(images) or not len(texts):
+        raise input_error("geometry", "embeddings", "(N_img, d) images and (N_txt, d) captions, at least one each",
+                          (tuple(images.shape), tuple(texts.shape)))
     if owner.shape != (texts.shape[0],) or (owner.size and (owner.min() < 0 or owner.max() >= images.shape[0])):
         raise ValueError(f"text_image_index must give an image row in [0, {images.shape[0]}) for each of "
                          f"{texts.shape[0]} captions")

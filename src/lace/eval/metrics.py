@@ -2,7 +2,8 @@
 
 Every function takes similarity scores (or top-k lists) and returns shares in [0, 1].
 "Beats" means strictly greater: a tie is a failure, so a constant model scores 0 on
-pairwise tests rather than a flattering 0.5.
+pairwise tests rather than a flattering 0.5. A NaN score never beats anything, so its item
+is a failure too.
 """
 
 from __future__ import annotations

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lace.errors import input_error
+
 DEFAULT_CHUNK = 1024
 ROW_GROUP = 16  # rows per max-reduction when screening a block for top-k entrants
+FINITE_CHECK_ROWS = 65536
 
 
 @dataclass
@@ -38,10 +41,19 @@ def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 
 def _check(queries: torch.Tensor, gallery: torch.Tensor, k: int) -> None:
+    """Shapes, k, and finite values: a NaN scores below or above anything, so a top-k list over one
+    would be silently arbitrary; refusing it costs one pass over the embeddings, not over the scores."""
     if queries.ndim != 2 or gallery.ndim != 2 or queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"expected (Q, d) and (G, d) embeddings, got {tuple(queries.shape)} and {tuple(gallery.shape)}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    for name, embeddings in (("queries", queries), ("gallery", gallery)):
+        for start in range(0, embeddings.shape[0], FINITE_CHECK_ROWS):  # bounded memory on pool-sized inputs
+            finite = torch.isfinite(embeddings[start:start + FINITE_CHECK_ROWS]).all(dim=1)
+            if not bool(finite.all()):
+                row = start + int((~finite).nonzero()[0, 0])
+                raise input_error(f"nearest-neighbour search: {name}", f"row {row}", "finite embedding values "
+                                  "(no NaN or inf)", "NaN/inf")
 
 
 class _RunningColumnTopK:

@@ -491,6 +491,7 @@ class Trainer:
                 for key, value in metrics.items():
                     if key != "step":
                         writer.add_scalar(f"train/{key}", value, self.step)
+        _refuse_diverged(metrics, self.checkpoint_path)
         return metrics
 
     def _save_checkpoint(self) -> None:
@@ -536,6 +537,18 @@ def _trim(pool: deque, size: int) -> None:
 
 def _valid_rows(valid: torch.Tensor | None) -> torch.Tensor | float:
     return valid.any(dim=1).sum() if valid is not None else 0.0
+
+
+def _refuse_diverged(metrics: dict, latest: Path | None) -> None:
+    """Stop a run whose logged loss is NaN or inf, before a checkpoint of its weights can be written: every
+    process reads the same summed figures, so all stop together and the latest checkpoint stays finite."""
+    if math.isfinite(metrics["loss"]):
+        return
+    kept = f"the latest checkpoint, {latest}, is from before" if latest is not None else "no checkpoint was written"
+    raise LaceInputError(
+        f"train: the loss is {metrics['loss']} at step {metrics['step']}; the run diverged or its data holds NaN/inf, "
+        f"and {kept}; lower --lr, set --grad-clip-norm, or check the data, then resume or start again"
+    )
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

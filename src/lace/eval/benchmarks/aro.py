@@ -28,6 +28,7 @@ VG-Attribution.ipynb"):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,9 +105,12 @@ def _box(item: dict, path: Path, position: int) -> tuple[float, float, float, fl
     values = []
     for name in ("bbox_x", "bbox_y", "bbox_w", "bbox_h"):
         value = item_field(item, name, path, position)
-        if not isinstance(value, (int, float)):
-            raise LaceInputError(f"{path}: item {position}: field '{name}': expected a number (got {value!r})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise LaceInputError(f"{path}: item {position}: field '{name}': expected a finite number (got {value!r})")
         values.append(float(value))
+    if values[2] <= 0 or values[3] <= 0:  # the crop of an empty box is no image
+        raise LaceInputError(f"{path}: item {position}: fields 'bbox_w', 'bbox_h': expected a box of positive "
+                             f"size (got {values[2]!r} x {values[3]!r})")
     return tuple(values)  # type: ignore[return-value]
 
 

@@ -20,6 +20,7 @@ from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import winoground_scores
+from lace.io import read_text
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Winoground(Benchmark):
         root = Path(root)
         path = self.require_file(root / "examples.jsonl")
         items = WinogroundItems()
-        for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for line_number, line in enumerate(read_text(path).splitlines(), start=1):
             if not line.strip():
                 continue
             try:

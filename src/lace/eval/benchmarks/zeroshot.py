@@ -33,7 +33,7 @@ from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import zeroshot_scores
-from lace.io import read_json
+from lace.io import read_json, read_text
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif", ".tif", ".tiff")
 DEFAULT_TEMPLATES = ("a photo of a {c}.",)
@@ -116,9 +116,7 @@ def _beside(root: Path, name: str) -> Path | None:
 
 
 def _read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise LaceInputError(f"{path}: file not found")
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [line.strip() for line in read_text(path).splitlines() if line.strip()]
 
 
 def _read_classnames(path: Path, folders: list[str], dataset: str) -> list[str]:
@@ -145,4 +143,10 @@ def _read_templates(path: Path, dataset: str) -> list[str]:
     if not isinstance(value, list) or not value or not all(isinstance(t, str) and "{c}" in t for t in value):
         raise LaceInputError(f"{path}: expected prompt templates, each with '{{c}}' for the class name "
                              f"(a JSON list, {{dataset or 'default': [...]}}, or one a line)")
+    for template in value:
+        try:
+            template.format(c="class")
+        except (ValueError, IndexError, KeyError, AttributeError) as error:
+            raise LaceInputError(f"{path}: template {template!r}: expected '{{c}}' as its only field, other braces "
+                                 f"doubled ('{{{{', '}}}}') ({type(error).__name__}: {error})") from error
     return value
