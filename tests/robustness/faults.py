@@ -74,3 +74,4 @@ def subprocess_env() -> dict[str, str]:
     """Environment for `python -m lace` children: this checkout's sources, one thread."""
     return {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT), "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1"}
+
