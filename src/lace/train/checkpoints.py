@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,9 +137,18 @@ def load_checkpoint(manifest_path: Path, run_dir: Path | None = None) -> Checkpo
                            if path.is_file() else "the file is missing")
     try:
         weights = load_file(str(files["weights"]))
-        state = torch.load(files["state"], map_location="cpu", weights_only=True)
-    except (SafetensorError, RuntimeError, OSError, EOFError) as error:
+    except (SafetensorError, RuntimeError, OSError) as error:
         raise _damaged(files["weights"], manifest_path, run_dir, str(error)) from error
+    try:
+        state = torch.load(files["state"], map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:  # weights_only refuses anything but tensors and plain values
+        raise LaceInputError(f"{files['state']}: refused: the trainer state holds objects other than tensors and "
+                             "plain values, which could run code when unpickled; only load checkpoints you trust "
+                             f"from a source that wrote them with lace ({error})") from error
+    except (RuntimeError, OSError, EOFError) as error:
+        raise _damaged(files["state"], manifest_path, run_dir, str(error)) from error
+    if not isinstance(state, dict):
+        raise _damaged(files["state"], manifest_path, run_dir, f"expected a dict, got {type(state).__name__}")
     return Checkpoint(manifest_path, step, weights, state)
 
 
