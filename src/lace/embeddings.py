@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.io import atomic_dir, atomic_write_json, read_json, replace_dir
+from lace.io import atomic_dir, atomic_write_json, open_npy, read_json, replace_dir
 
 IMAGE_FILE = "image_embeddings.npy"
 TEXT_FILE = "text_embeddings.npy"
@@ -52,9 +52,12 @@ class EmbeddingStore:
         for name in (IMAGE_FILE, TEXT_FILE, INDEX_FILE):
             if not (path / name).is_file():
                 raise LaceInputError(f"{path / name}: file not found; expected an embedding store written by `lace embed`")
-        index = read_json(path / INDEX_FILE)
-        images = np.load(path / IMAGE_FILE, mmap_mode="r")
-        texts = np.load(path / TEXT_FILE, mmap_mode="r")
+        index = read_json(path / INDEX_FILE, dict)
+        images = open_npy(path / IMAGE_FILE, "image embeddings")
+        texts = open_npy(path / TEXT_FILE, "text embeddings")
+        for name, table in ((IMAGE_FILE, images), (TEXT_FILE, texts)):
+            if table.ndim != 2 or table.dtype != np.float32:
+                raise LaceInputError(f"{path / name}: expected (N, d) float32, got {table.shape} {table.dtype}")
         for key in ("image_ids", "captions", "text_image_index"):
             if key not in index:
                 raise LaceInputError(f"{path / INDEX_FILE}: field '{key}' missing")

@@ -77,25 +77,52 @@ def atomic_write_json(path: str | os.PathLike, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> object:
-    """Read JSON, turning a missing or malformed file into a `LaceInputError` naming it."""
+JSON_KINDS = {dict: "a JSON object", list: "a JSON list"}
+
+
+def read_json(path: str | os.PathLike, expected: type | None = None) -> object:
+    """Read JSON, turning a missing, damaged or malformed file into a `LaceInputError` naming it.
+
+    expected: `dict` or `list` to refuse JSON of another shape (a damaged file that still parses).
+    """
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise LaceInputError(f"{path}: not valid JSON ({error})") from error
+    if expected is not None and not isinstance(value, expected):
+        raise LaceInputError(f"{path}: expected {JSON_KINDS.get(expected, expected.__name__)}, "
+                             f"got {type(value).__name__}")
+    return value
 
 
 def read_safetensors(path: str | os.PathLike) -> dict:
-    """Read a safetensors file as {name: tensor} (CPU), a missing file as a `LaceInputError` naming it."""
+    """Read a safetensors file as {name: tensor} (CPU); a missing or damaged file is a `LaceInputError` naming it."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise LaceInputError(f"{path}: damaged or not a safetensors file ({error})") from error
+
+
+def open_npy(path: str | os.PathLike, what: str = "array"):
+    """Memory-map a `.npy` file read-only; a missing, truncated or damaged one is a `LaceInputError` naming it."""
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise LaceInputError(f"{path}: file not found")
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, EOFError, OSError) as error:  # numpy's errors for a damaged header or short data
+        raise LaceInputError(f"{path}: unreadable {what}, damaged or cut short ({error})") from error
 
 
 def prepare_output_dir(

@@ -99,7 +99,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     pointer = Path(run_dir) / CHECKPOINT_DIR / LATEST
     if not pointer.is_file():
         return None
-    name = pointer.read_text(encoding="utf-8").strip()
+    name = pointer.read_bytes().decode("utf-8", errors="replace").strip()
     if not NAME.match(name):
         raise LaceInputError(f"{pointer}: expected a checkpoint name like step_0000100, got {name!r}")
     return pointer.parent / f"{name}.json"
@@ -124,7 +124,7 @@ def load_checkpoint(manifest_path: Path, run_dir: Path | None = None) -> Checkpo
     manifest_path = Path(manifest_path)
     if not manifest_path.is_file():
         raise LaceInputError(f"{manifest_path}: checkpoint manifest not found (an incomplete checkpoint has none)")
-    manifest = read_json(manifest_path)
+    manifest = read_json(manifest_path, dict)
     try:
         files = {kind: manifest_path.parent / manifest["files"][kind]["name"] for kind in ("weights", "state")}
         step = int(manifest["step"])
