@@ -75,9 +75,10 @@ def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs,
                            "127.0.0.1", "--master_port", str(free_port()), str(ROOT / "tests/robustness/distributed_runs.py"),
                            str(plan)], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+    ones = {}
     for name, config in configs.items():
         two = load_file(str(latest_checkpoint(Path(config.output)).with_suffix(".safetensors")))
-        one = one_process(config, monkeypatch)
+        one = ones[name] = one_process(config, monkeypatch)
         difference = largest_difference(two, one)
         print(f"{name}: largest difference between 2 processes and 1: {difference:.2e}")
         assert difference <= TOLERANCE, f"{name}: 2 processes differ from 1 by {difference:.2e}"
@@ -88,6 +89,6 @@ def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs,
     # processes) is, under plain SGD, a doubled learning rate, and moves the weights far beyond the tolerance
     doubled = one_process(configs["plain"], monkeypatch, lr=2 * configs["plain"].lr,
                           output=str(tmp_path / "doubled"))
-    moved = largest_difference(doubled, one_process(configs["plain"], monkeypatch))
+    moved = largest_difference(doubled, ones["plain"])
     print(f"a doubled gradient moves the weights by up to {moved:.2e}")
     assert moved > 100 * TOLERANCE
