@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from lace.errors import LaceInputError
 
 
@@ -112,10 +114,8 @@ def read_safetensors(path: str | os.PathLike) -> dict:
         raise LaceInputError(f"{path}: damaged or not a safetensors file ({error})") from error
 
 
-def open_npy(path: str | os.PathLike, what: str = "array"):
+def open_npy(path: str | os.PathLike, what: str = "array") -> np.ndarray:
     """Memory-map a `.npy` file read-only; a missing, truncated or damaged one is a `LaceInputError` naming it."""
-    import numpy as np
-
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 import lace.train.loop
 from lace.config import config_from_dict
@@ -23,8 +24,14 @@ def plain_sgd(encoder, lr, weight_decay, betas, eps) -> torch.optim.Optimizer:
 def main(path: str) -> None:
     torch.set_num_threads(1)
     lace.train.loop.build_optimizer = plain_sgd
-    for values in json.loads(Path(path).read_text()):
-        train(config_from_dict(TrainConfig, values), progress=False)
+    # one process group for all runs: a group created again after one was destroyed can read the old
+    # group's addresses from torchrun's store and fail to connect
+    dist.init_process_group("gloo")
+    try:
+        for values in json.loads(Path(path).read_text()):
+            train(config_from_dict(TrainConfig, values), progress=False)
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
