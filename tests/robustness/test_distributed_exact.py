@@ -92,3 +92,28 @@ def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs,
     moved = largest_difference(doubled, ones["plain"])
     print(f"a doubled gradient moves the weights by up to {moved:.2e}")
     assert moved > 100 * TOLERANCE
+
+
+def test_a_rows_edits_do_not_depend_on_the_rows_beside_it():
+    """Per-row generators: a batch edited whole and edited as two shards (two processes) agree row by row."""
+    from lace.concepts.labelled import LabelledDictionary
+    from lace.concepts.labelling import label_atoms
+    from lace.edits import EditConfig, build_editor
+    from lace.edits.row_random import RowGenerators
+
+    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
+    dictionary, directions, _, texts = vocabulary_dictionary(3, captions, 16)
+    editor = build_editor(LabelledDictionary(dictionary, directions, label_atoms(dictionary, directions)), EditConfig())
+    seeds = list(range(100, 100 + len(texts)))
+    whole = editor.counterfactuals(texts, "text", 3, RowGenerators(seeds))
+    half = len(texts) // 2
+    shards = [editor.counterfactuals(texts[a:b], "text", 3, RowGenerators(seeds[a:b]))
+              for a, b in ((0, half), (half, len(texts)))]
+    assert whole.valid.any(), "no valid edit: the comparison would prove nothing"
+    assert torch.equal(whole.valid, torch.cat([s.valid for s in shards]))
+    assert torch.equal(whole.records.kind, torch.cat([s.records.kind for s in shards]))
+    torch.testing.assert_close(whole.embeddings, torch.cat([s.embeddings for s in shards]), rtol=0, atol=1e-6)
+    # one generator for the batch, as before: the second shard's rows get other edits than in the whole batch
+    single = editor.counterfactuals(texts, "text", 3, torch.Generator().manual_seed(0))
+    second = editor.counterfactuals(texts[half:], "text", 3, torch.Generator().manual_seed(0))
+    assert not torch.equal(single.records.kind[half:], second.records.kind)

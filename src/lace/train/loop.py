@@ -384,8 +384,8 @@ class Trainer:
         config = self.config
         if self.editor is None:
             return Negatives()
-        generators = RowGenerators(row_seeds(config.seed, [(epoch, index) for index in indices], stream=2),
-                                   self.device)
+        # CPU generators: tiny draws per row, one copy to the device; the same edits on any device
+        generators = RowGenerators(row_seeds(config.seed, [(epoch, index) for index in indices], stream=2))
         return counterfactual_negatives(self.editor, U, V, config.n_edits, config.counterfactual_captions,
                                         config.counterfactual_images, config.counterfactual_source, generators)
 
