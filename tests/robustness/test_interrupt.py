@@ -58,7 +58,7 @@ def test_sigint_during_embedding_keeps_the_work_and_the_printed_command_finishes
     code = run_killed(embed_argv(tiny_coco, out), KillPoint("lace.embeddings", "embed_texts", 1), signal.SIGINT)
     assert code == 130
     stderr = capfd.readouterr().err
-    assert "lace embed: interrupted; the work done so far is kept" in stderr
+    assert "lace embed: interrupted; the rows embedded so far are kept" in stderr
     assert (tmp_path / ".store.tmp" / "rank00000" / "progress.json").is_file()
     assert embed_in_process(printed_resume_command(stderr)) == 0
     assert embed_in_process(embed_argv(tiny_coco, tmp_path / "whole")) == 0
@@ -74,7 +74,7 @@ def test_sigint_during_dictionary_fit_leaves_no_folder_and_the_printed_command_f
     code = run_killed(argv, KillPoint("lace.commands.dict", "save_labelled_dictionary", 1), signal.SIGINT)
     assert code == 130
     stderr = capfd.readouterr().err
-    assert "lace dict: interrupted" in stderr
+    assert "lace dict: interrupted; no half-written output is left" in stderr
     assert not out.exists() or not any(out.iterdir())
     resume = printed_resume_command(stderr)
     assert "--overwrite" not in resume

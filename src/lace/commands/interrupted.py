@@ -40,8 +40,10 @@ def interrupted_message(command: str, argv: list[str], interrupt: KeyboardInterr
         kept = f"saved checkpoint {checkpoint.stem} in {checkpoint.parent}"
     elif command == "train":
         kept = "stopped at once; the latest complete checkpoint is kept"
+    elif command == "embed":
+        kept = "the rows embedded so far are kept (in the hidden work folder beside the output)"
     else:
-        kept = "the work done so far is kept; no half-written output is left"
+        kept = "no half-written output is left"
     how = resume_command(command, argv)
     resume = f"\nresume with:\n  {how}" if how else "\nrun the command again to start over"
     return f"lace {command}: interrupted; {kept}{resume}"
