@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from lace.cli import main
+from lace.edits.row_random import normal
 from lace.errors import LaceInputError
 from lace.io import read_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
@@ -50,7 +51,7 @@ class NudgeEditor:
 
     def counterfactuals(self, z, modality, n_edits, generator=None):
         self.calls.append((modality, tuple(z.shape), z.requires_grad))
-        noise = torch.randn(z.shape[0], n_edits, z.shape[1], generator=generator, device=z.device)
+        noise = normal((z.shape[0], n_edits, z.shape[1]), generator, z.device)
         valid = torch.ones(z.shape[0], n_edits, dtype=torch.bool)
         valid[0] = False  # one row with no valid edit
         return SimpleNamespace(embeddings=F.normalize(z.unsqueeze(1) + 0.1 * noise, dim=-1), valid=valid)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from lace import __version__
+from lace.commands.interrupted import interrupted_message
 from lace.errors import LaceInputError
 
 COMMANDS = (
@@ -51,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     except LaceInputError as error:
         print(f"lace {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupt:
+        if os.environ.get("RANK", "0") == "0":
+            words = list(argv) if argv is not None else sys.argv[1:]
+            print(interrupted_message(args.command, words, interrupt), file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ contiguous shard and rank 0 merges them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from tqdm.auto import tqdm
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.io import atomic_write_json, read_json
+from lace.io import atomic_dir, atomic_write_json, open_npy, read_json, replace_dir
 
 IMAGE_FILE = "image_embeddings.npy"
 TEXT_FILE = "text_embeddings.npy"
@@ -51,9 +52,12 @@ class EmbeddingStore:
         for name in (IMAGE_FILE, TEXT_FILE, INDEX_FILE):
             if not (path / name).is_file():
                 raise LaceInputError(f"{path / name}: file not found; expected an embedding store written by `lace embed`")
-        index = read_json(path / INDEX_FILE)
-        images = np.load(path / IMAGE_FILE, mmap_mode="r")
-        texts = np.load(path / TEXT_FILE, mmap_mode="r")
+        index = read_json(path / INDEX_FILE, dict)
+        images = open_npy(path / IMAGE_FILE, "image embeddings")
+        texts = open_npy(path / TEXT_FILE, "text embeddings")
+        for name, table in ((IMAGE_FILE, images), (TEXT_FILE, texts)):
+            if table.ndim != 2 or table.dtype != np.float32:
+                raise LaceInputError(f"{path / name}: expected (N, d) float32, got {table.shape} {table.dtype}")
         for key in ("image_ids", "captions", "text_image_index"):
             if key not in index:
                 raise LaceInputError(f"{path / INDEX_FILE}: field '{key}' missing")
@@ -84,26 +88,11 @@ def write_store(
     path: str | Path, image_embeddings: np.ndarray, text_embeddings: np.ndarray, index: dict
 ) -> EmbeddingStore:
     """Write in-memory embeddings as a store (atomically: a temporary folder renamed into place)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    np.save(tmp / IMAGE_FILE, np.ascontiguousarray(image_embeddings, dtype=np.float32))
-    np.save(tmp / TEXT_FILE, np.ascontiguousarray(text_embeddings, dtype=np.float32))
-    atomic_write_json(tmp / INDEX_FILE, index)
-    _replace_dir(tmp, path)
+    with atomic_dir(path) as tmp:
+        np.save(tmp / IMAGE_FILE, np.ascontiguousarray(image_embeddings, dtype=np.float32))
+        np.save(tmp / TEXT_FILE, np.ascontiguousarray(text_embeddings, dtype=np.float32))
+        atomic_write_json(tmp / INDEX_FILE, index)
     return EmbeddingStore.open(path)
-
-
-def _replace_dir(tmp: Path, path: Path) -> None:
-    if path.exists():
-        old = path.with_name(f".{path.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
 
 
 class _ImageFolderView(Dataset):
@@ -162,44 +151,40 @@ def _distributed() -> tuple[int, int]:
 
 def extract_embeddings(
     encoder: DualEncoder, dataset: ImageTextDataset, out_dir: str | Path, *, model_name: str,
-    batch_size: int = 64, num_workers: int = 0, progress: bool = True,
+    batch_size: int = 64, num_workers: int = 0, progress: bool = True, chunk_rows: int = 4096,
 ) -> EmbeddingStore | None:
     """Embed every image and caption of `dataset` into an embedding store at `out_dir`.
 
-    Streams into memory-mapped `.npy` files. In a torch.distributed run each rank embeds
-    a contiguous shard; rank 0 merges them and returns the store (other ranks return None).
-    The caller is responsible for refusing to clobber `out_dir`.
+    Streams into memory-mapped `.npy` files inside `.<out>.tmp`, recording after every `chunk_rows`
+    rows how far it got: an interrupted extraction (Ctrl-C, a kill) carries on from there when run
+    again with the same model weights, data and number of processes. In a torch.distributed run
+    each rank embeds a contiguous shard; rank 0 merges them and returns the store (other ranks
+    return None). The caller is responsible for refusing to clobber `out_dir`.
     """
     out_dir = Path(out_dir)
     rank, world_size = _distributed()
     captions = dataset.captions
-    image_rows = _shard(len(dataset), rank, world_size)
-    text_rows = _shard(len(captions), rank, world_size)
     work = out_dir.with_name(f".{out_dir.name}.tmp")
-    shard_dir = work / f"rank{rank:05d}"
-    if rank == 0:
-        shutil.rmtree(work, ignore_errors=True)
+    key = _extraction_key(encoder, dataset, model_name, world_size)
+    if rank == 0 and _read_progress(work / PROGRESS_FILE, key) is None:
+        shutil.rmtree(work, ignore_errors=True)  # another extraction's leftovers
+        work.mkdir(parents=True)
+        atomic_write_json(work / PROGRESS_FILE, {"key": key})
     if world_size > 1:
         torch.distributed.barrier()
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    dim = encoder.embed_dim
-    images = np.lib.format.open_memmap(shard_dir / IMAGE_FILE, mode="w+", dtype=np.float32, shape=(len(image_rows), dim))
-    texts = np.lib.format.open_memmap(shard_dir / TEXT_FILE, mode="w+", dtype=np.float32, shape=(len(text_rows), dim))
-    embed_images(encoder, dataset, images, image_rows, batch_size, num_workers, progress and rank == 0)
-    embed_texts(encoder, captions[text_rows.start: text_rows.stop], texts, batch_size * 4, progress and rank == 0)
-    images.flush()
-    texts.flush()
-    del images, texts
+    shard = _Shard(work / f"rank{rank:05d}", key, _shard(len(dataset), rank, world_size),
+                   _shard(len(captions), rank, world_size), encoder.embed_dim)
+    shard.embed(encoder, dataset, captions, batch_size, num_workers, chunk_rows, progress and rank == 0)
     if world_size > 1:
         torch.distributed.barrier()
     if rank != 0:
         return None
     if world_size > 1:
-        _merge_shards(work, world_size, (len(dataset), len(captions), dim))
+        _merge_shards(work, world_size, (len(dataset), len(captions), encoder.embed_dim))
     else:
         for name in (IMAGE_FILE, TEXT_FILE):
-            os.replace(shard_dir / name, work / name)
-        shutil.rmtree(shard_dir)
+            os.replace(shard.folder / name, work / name)
+        shutil.rmtree(shard.folder)
     index = {
         "model": model_name,
         "data": dataset.source,
@@ -209,9 +194,86 @@ def extract_embeddings(
         "captions": captions,
         "text_image_index": dataset.caption_image_index,
     }
+    (work / PROGRESS_FILE).unlink()
     atomic_write_json(work / INDEX_FILE, index)
-    _replace_dir(work, out_dir)
+    replace_dir(work, out_dir)
     return EmbeddingStore.open(out_dir)
+
+
+PROGRESS_FILE = "progress.json"
+
+
+def _extraction_key(encoder: DualEncoder, dataset: ImageTextDataset, model_name: str, world_size: int) -> str:
+    """SHA-256 of what fixes an extraction's rows: the weights, the images and captions, the processes."""
+    digest = hashlib.sha256(json.dumps([model_name, str(dataset.source), world_size, encoder.embed_dim,
+                                        [str(r.image_path) for r in dataset.records], dataset.captions]).encode())
+    for name, tensor in sorted(encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _read_progress(path: Path, key: str) -> dict | None:
+    """The progress record at `path` when it belongs to the extraction `key` (None otherwise)."""
+    try:
+        record = read_json(path)
+    except LaceInputError:
+        return None
+    return record if isinstance(record, dict) and record.get("key") == key else None
+
+
+@dataclass
+class _Shard:
+    """One process's rows of an extraction, in memory-mapped files with a progress record beside them."""
+
+    folder: Path
+    key: str
+    image_rows: range
+    text_rows: range
+    dim: int
+
+    def embed(self, encoder: DualEncoder, dataset: ImageTextDataset, captions: list[str], batch_size: int,
+              num_workers: int, chunk_rows: int, progress: bool) -> None:
+        done = self._open()
+        images = np.load(self.folder / IMAGE_FILE, mmap_mode="r+")
+        texts = np.load(self.folder / TEXT_FILE, mmap_mode="r+")
+        bar = tqdm(total=len(self.image_rows) + len(self.text_rows), initial=done["images"] + done["texts"],
+                   desc="embed", unit="row", disable=not progress)
+        rows = self.image_rows
+        for start in range(done["images"], len(rows), chunk_rows):
+            stop = min(start + chunk_rows, len(rows))
+            embed_images(encoder, dataset, images[start:stop], rows[start:stop], batch_size, num_workers, False)
+            self._record(images, done, "images", stop, bar)
+        rows = self.text_rows
+        for start in range(done["texts"], len(rows), chunk_rows):
+            stop = min(start + chunk_rows, len(rows))
+            embed_texts(encoder, captions[rows.start + start: rows.start + stop], texts[start:stop],
+                        batch_size * 4, False)
+            self._record(texts, done, "texts", stop, bar)
+        bar.close()
+
+    def _open(self) -> dict:
+        """Rows already embedded ({"images": n, "texts": n}); fresh files when there is nothing to carry on."""
+        record = _read_progress(self.folder / PROGRESS_FILE, self.key)
+        if record is not None and all((self.folder / name).is_file() for name in (IMAGE_FILE, TEXT_FILE)):
+            return {"images": int(record["images"]), "texts": int(record["texts"])}
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        for name, rows in ((IMAGE_FILE, self.image_rows), (TEXT_FILE, self.text_rows)):
+            table = np.lib.format.open_memmap(self.folder / name, mode="w+", dtype=np.float32,
+                                              shape=(len(rows), self.dim))
+            table.flush()
+            del table
+        done = {"images": 0, "texts": 0}
+        atomic_write_json(self.folder / PROGRESS_FILE, {"key": self.key, **done})
+        return done
+
+    def _record(self, table: np.memmap, done: dict, kind: str, rows: int, bar) -> None:
+        """Flush `table` to disk, then record that its first `rows` rows are embedded."""
+        table.flush()
+        bar.update(rows - done[kind])
+        done[kind] = rows
+        atomic_write_json(self.folder / PROGRESS_FILE, {"key": self.key, **done})
 
 
 def _merge_shards(work: Path, world_size: int, sizes: tuple[int, int, int]) -> None:

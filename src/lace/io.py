@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from lace.errors import LaceInputError
 
 
@@ -32,6 +34,36 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a hidden temporary folder beside `path`; on success it replaces `path` in one rename.
+
+    A process killed while filling it leaves `path` as it was (a folder that looks complete is
+    always complete); the next run clears the leftover temporary folder.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        replace_dir(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Move folder `tmp` to `path`, replacing what is there (moved aside first, removed after)."""
+    if path.exists():
+        old = path.with_name(f".{path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, path)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -58,26 +90,51 @@ def read_text(path: str | os.PathLike) -> str:
         raise LaceInputError(f"{path}: not UTF-8 text ({error})") from error
 
 
-def read_json(path: str | os.PathLike) -> object:
-    """Read JSON, turning a missing or malformed file into a `LaceInputError` naming it."""
+JSON_KINDS = {dict: "a JSON object", list: "a JSON list"}
+
+
+def read_json(path: str | os.PathLike, expected: type | None = None) -> object:
+    """Read JSON, turning a missing, damaged or malformed file into a `LaceInputError` naming it.
+
+    expected: `dict` or `list` to refuse JSON of another shape (a damaged file that still parses).
+    """
     path = Path(path)
     text = read_text(path)
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as error:
         raise LaceInputError(f"{path}: not valid JSON ({error})") from error
     except RecursionError as error:  # nesting deeper than the interpreter's stack
         raise LaceInputError(f"{path}: not valid JSON (nested too deeply)") from error
+    if expected is not None and not isinstance(value, expected):
+        raise LaceInputError(f"{path}: expected {JSON_KINDS.get(expected, expected.__name__)}, "
+                             f"got {type(value).__name__}")
+    return value
 
 
 def read_safetensors(path: str | os.PathLike) -> dict:
-    """Read a safetensors file as {name: tensor} (CPU), a missing file as a `LaceInputError` naming it."""
+    """Read a safetensors file as {name: tensor} (CPU); a missing or damaged file is a `LaceInputError` naming it."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise LaceInputError(f"{path}: damaged or not a safetensors file ({error})") from error
+
+
+def open_npy(path: str | os.PathLike, what: str = "array") -> np.ndarray:
+    """Memory-map a `.npy` file read-only; a missing, truncated or damaged one is a `LaceInputError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise LaceInputError(f"{path}: file not found")
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, EOFError, OSError) as error:  # numpy's errors for a damaged header or short data
+        raise LaceInputError(f"{path}: unreadable {what}, damaged or cut short ({error})") from error
 
 
 def prepare_output_dir(

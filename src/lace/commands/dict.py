@@ -19,7 +19,7 @@ from lace.edits import EditConfig, build_editor, parse_edit
 from lace.embeddings import EmbeddingStore
 from lace.errors import input_error
 from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
-from lace.io import atomic_write_json, prepare_output_dir
+from lace.io import atomic_dir, atomic_write_json, prepare_output_dir
 from lace.report.plots import atom_bars
 
 
@@ -84,8 +84,9 @@ def run_fit(args: argparse.Namespace) -> int:
         store.image_embeddings, store.text_embeddings, directions, config, captions=store.captions,
         device=args.device, progress=args.progress,
     )
-    save_labelled_dictionary(result, out)
-    atomic_write_json(out / "fit_config.json", {**config_to_dict(config), "embeddings": str(args.embeddings)})
+    with atomic_dir(out) as folder:  # the folder appears whole or not at all
+        save_labelled_dictionary(result, folder)
+        atomic_write_json(folder / "fit_config.json", {**config_to_dict(config), "embeddings": str(args.embeddings)})
     quality = result.dictionary.quality_
     print(f"fitted {quality['n_atoms']} atoms (s={config.sparsity}, mode={config.mode}) in "
           f"{time.perf_counter() - started:.1f}s")

@@ -22,7 +22,7 @@ from torch import Tensor
 from lace.concepts.mentions import MAX_PHRASE_WORDS, surface_forms, words
 from lace.concepts.vocabulary import Vocabulary
 from lace.dictionary.streaming import Rows, RowSource
-from lace.errors import input_error
+from lace.errors import LaceInputError, input_error
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 
 TEMPLATES = {
@@ -90,12 +90,16 @@ class ConceptDirections:
     @classmethod
     def load(cls, directory: str | Path) -> ConceptDirections:
         directory = Path(directory)
-        meta = read_json(directory / "concepts.json")
-        return cls(
-            meta["names"], meta["kinds"], meta["groups"],
-            read_safetensors(directory / "concept_directions.safetensors")["directions"],
-            meta.get("source", "templates"), meta.get("counts"),
-        )
+        meta = read_json(directory / "concepts.json", dict)
+        tensors = read_safetensors(directory / "concept_directions.safetensors")
+        if "directions" not in tensors or tensors["directions"].ndim != 2:
+            raise LaceInputError(f"{directory / 'concept_directions.safetensors'}: expected a tensor 'directions' (C, d)")
+        try:
+            return cls(meta["names"], meta["kinds"], meta["groups"], tensors["directions"],
+                       meta.get("source", "templates"), meta.get("counts"))
+        except (KeyError, TypeError, ValueError) as error:
+            raise LaceInputError(f"{directory / 'concepts.json'}: not a concepts file, or it disagrees with "
+                                 f"concept_directions.safetensors ({error!r})") from error
 
 
 def _normalise(rows: Tensor) -> Tensor:

@@ -97,9 +97,16 @@ class AtomLabelling:
     @classmethod
     def load(cls, directory: str | Path) -> AtomLabelling:
         directory = Path(directory)
-        meta = read_json(directory / "labelling.json")
+        meta = read_json(directory / "labelling.json", dict)
         tensors = read_safetensors(directory / "labelling.safetensors")
-        return cls(tensors["atom_concept"], tensors["atom_alignment"], tensors["atom_typical_code"], float(meta["tau_align"]))
+        try:
+            tau_align = float(meta["tau_align"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise LaceInputError(f"{directory / 'labelling.json'}: field 'tau_align': expected a number") from error
+        try:
+            return cls(tensors["atom_concept"], tensors["atom_alignment"], tensors["atom_typical_code"], tau_align)
+        except KeyError as error:
+            raise LaceInputError(f"{directory / 'labelling.safetensors'}: tensor {error} missing") from error
 
 
 def concept_weights(codes: Tensor, ownership: Tensor) -> Tensor:

@@ -14,7 +14,6 @@ Two modes:
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from tqdm import tqdm
 from lace.dictionary import learning
 from lace.dictionary.sparse_coding import SparseCodes, decode, encode
 from lace.dictionary.streaming import Rows, RowSource, check_finite, streaming_mean
-from lace.errors import input_error
+from lace.errors import LaceInputError, input_error
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 
 MODALITIES = ("image", "text")
@@ -402,18 +401,28 @@ class ConceptDictionary:
         if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
             raise input_error(directory / "cfg.json", "format_version", str(FORMAT_VERSION), config.get("format_version") if isinstance(config, dict) else None)
         tensors = read_safetensors(directory / "dictionary.safetensors")
-        dictionary = cls(**config["params"], device=device)
-        dictionary.atoms_ = tensors["atoms"]
-        dictionary.mean_image_ = tensors["mean_image"]
-        dictionary.mean_text_ = tensors["mean_text"]
-        dictionary.mean_norm_image_ = float(config["mean_norm_image"])
-        dictionary.mean_norm_text_ = float(config["mean_norm_text"])
+        try:
+            dictionary = cls(**config["params"], device=device)
+            dictionary.mean_norm_image_ = float(config["mean_norm_image"])
+            dictionary.mean_norm_text_ = float(config["mean_norm_text"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise LaceInputError(f"{directory / 'cfg.json'}: not a dictionary config ({error!r})") from error
+        try:
+            dictionary.atoms_ = tensors["atoms"]
+            dictionary.mean_image_ = tensors["mean_image"]
+            dictionary.mean_text_ = tensors["mean_text"]
+        except KeyError as error:
+            raise LaceInputError(f"{directory / 'dictionary.safetensors'}: tensor {error} missing") from error
+        dim = dictionary.atoms_.shape[-1]
+        if dictionary.atoms_.ndim != 2 or dictionary.mean_image_.shape != (dim,) or dictionary.mean_text_.shape != (dim,):
+            raise LaceInputError(f"{directory / 'dictionary.safetensors'}: expected atoms (K, d) and means (d,), got "
+                                 f"{tuple(dictionary.atoms_.shape)}, {tuple(dictionary.mean_image_.shape)}")
         dictionary.atom_names_ = config.get("atom_names")
         dictionary.fit_seconds_ = config.get("fit_seconds")
         dictionary.batches_seen_ = config.get("batches_seen", 0)
         quality_path = directory / "quality.json"
         if quality_path.is_file():
-            dictionary.quality_ = json.loads(quality_path.read_text(encoding="utf-8"))
+            dictionary.quality_ = read_json(quality_path, dict)
         return dictionary
 
 

@@ -14,17 +14,12 @@ import torch
 from torch import Tensor
 
 from lace.edits.kernels import ATTENUATE, REBIND, SWAP
+from lace.edits.row_random import Randomness, normal
 
 CONTROLS = ("random", "concept_arithmetic")
 
 
-def normal(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> Tensor:
-    """Standard normal draws made on the generator's device, moved to `device`."""
-    source_device = generator.device if generator is not None else device
-    return torch.randn(shape, generator=generator, device=source_device).to(device)
-
-
-def random_step(step: Tensor, step_size: Tensor, generator: torch.Generator | None) -> Tensor:
+def random_step(step: Tensor, step_size: Tensor, generator: Randomness) -> Tensor:
     """Isotropic random steps (B, M, d) of the sizes (B, M) of the planned steps (B, M, d)."""
     noise = normal(tuple(step.shape), generator, step.device)
     return noise / noise.norm(dim=-1, keepdim=True).clamp_min(1e-12) * step_size.unsqueeze(-1)

@@ -18,7 +18,8 @@ The work is split by job:
 - this estimator-style object: holds the dictionary and labelling and runs the three.
 Edits act on whole concepts by default, on single aligned atoms with `atom_level`.
 Slot kinds are drawn uniformly among the enabled kinds feasible for that slot. Pass
-generators seeded alike to get the same edits from `counterfactuals` and its controls.
+generators seeded alike to get the same edits from `counterfactuals` and its controls; pass
+`RowGenerators` (one per row) to make each row's edits independent of the batch it is in.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from lace.edits.kernels import ATTENUATE, REBIND, SWAP
 from lace.edits.planner import EditPlan, EditPlanner
 from lace.edits.rebind import binding_margin
 from lace.edits.records import EDIT_KINDS, NO_EDIT, Counterfactuals, EditRecords
+from lace.edits.row_random import Randomness
 from lace.edits.spec import EditSpec, parse_edit, parse_pair
 from lace.errors import LaceInputError, input_error
 
@@ -117,23 +119,23 @@ class CounterfactualEditor:
         return source_index, target_index
 
     # ------------------------------------------------------------ public API
-    def counterfactuals(self, z: Tensor, modality: str, n_edits: int, generator: torch.Generator | None = None) -> Counterfactuals:
+    def counterfactuals(self, z: Tensor, modality: str, n_edits: int, generator: Randomness = None) -> Counterfactuals:
         """M = n_edits dictionary edits of each of the B unit embeddings z (B, d).
 
         Returns embeddings (B, M, d), differentiable in z, with valid (B, M) and records.
         """
         return self._edit(z, modality, self._plan(z, modality, n_edits, generator), None, generator)
 
-    def concept_arithmetic(self, z: Tensor, modality: str, n_edits: int, generator: torch.Generator | None = None) -> Counterfactuals:
+    def concept_arithmetic(self, z: Tensor, modality: str, n_edits: int, generator: Randomness = None) -> Counterfactuals:
         """The same edits moved along plain concept directions, same step sizes."""
         return self._edit(z, modality, self._plan(z, modality, n_edits, generator), "concept_arithmetic", generator)
 
-    def random_control(self, z: Tensor, modality: str, n_edits: int, generator: torch.Generator | None = None) -> Counterfactuals:
+    def random_control(self, z: Tensor, modality: str, n_edits: int, generator: Randomness = None) -> Counterfactuals:
         """The same edits' step sizes along random isotropic directions."""
         return self._edit(z, modality, self._plan(z, modality, n_edits, generator), "random", generator)
 
     def apply(self, z: Tensor, modality: str, edit: EditSpec | str, control: str | None = None,
-              generator: torch.Generator | None = None) -> Counterfactuals:
+              generator: Randomness = None) -> Counterfactuals:
         """One named edit ("transplant:sheep=zebra", "rebind:red=blue") on every embedding: M = 1.
 
         The source need only be present (weight > 0), not strongly used; a transplant
@@ -156,7 +158,7 @@ class CounterfactualEditor:
         return self._edit(z, modality, plan, control, generator)
 
     # -------------------------------------------------------------- planning
-    def _plan(self, z: Tensor, modality: str, n_edits: int, generator: torch.Generator | None,
+    def _plan(self, z: Tensor, modality: str, n_edits: int, generator: Randomness,
               named: tuple[int, int] | None = None, forced_kind: int | None = None) -> EditPlan:
         if modality not in MODALITIES:
             raise input_error("modality", None, f"one of {MODALITIES}", modality)
@@ -202,7 +204,7 @@ class CounterfactualEditor:
                 passed = torch.where(plan.kind == REBIND, rebound, passed)
         return passed & plan.proposed
 
-    def _control_step(self, plan: EditPlan, control: str | None, generator: torch.Generator | None) -> Tensor:
+    def _control_step(self, plan: EditPlan, control: str | None, generator: Randomness) -> Tensor:
         """The step of the edit itself (control None) or of one of its controls (`lace.edits.controls`)."""
         if control is None:
             return plan.step
@@ -213,7 +215,7 @@ class CounterfactualEditor:
                                         tables["unit_directions"][plan.target.clamp_min(0)], *plan.weights_before)
 
     def _edit(self, z: Tensor, modality: str, plan: EditPlan, control: str | None,
-              generator: torch.Generator | None) -> Counterfactuals:
+              generator: Randomness) -> Counterfactuals:
         step = self._control_step(plan, control, generator)
         rebuilt = self._rebuild(z, modality, step)
         passed = self._passes(plan, rebuilt, modality)

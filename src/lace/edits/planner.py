@@ -4,7 +4,8 @@ Built once per editor from the labelling, the concept directions and the `EditCo
 it holds the unit tables (ownership, typical patterns, compatible pairs) per device and
 turns (B, K) codes into an `EditPlan`. Random draws are made in a fixed order (three (B, M, U)
 keys, (B, M, 3) kind keys, then, when rebind is on, its (B, M) draws and (B, M, 1) kind keys),
-so generators seeded alike give the same plan.
+so generators seeded alike give the same plan (and per-row generators, `RowGenerators`, the same
+plan for a row whatever batch it is in).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lace.edits.config import EditConfig
 from lace.edits.kernels import ATTENUATE, CODE_KINDS, REBIND, SWAP, TRANSPLANT
 from lace.edits.rebind import RebindPlan, plan_rebind
 from lace.edits.records import EDIT_KINDS, NO_EDIT
+from lace.edits.row_random import Randomness, uniform
 
 
 @dataclass
@@ -122,7 +124,7 @@ class EditPlanner:
             self._by_device[device] = {name: t.to(device) for name, t in self._cpu.items()}
         return self._by_device[device]
 
-    def plan(self, centred: Tensor, codes: Tensor, n_edits: int, generator: torch.Generator | None,
+    def plan(self, centred: Tensor, codes: Tensor, n_edits: int, generator: Randomness,
              named: tuple[int, int] | None = None, forced_kind: int | None = None) -> EditPlan:
         """An `EditPlan` for centred directions (B, d) with dense codes (B, K).
 
@@ -133,8 +135,8 @@ class EditPlanner:
         weights = concept_weights(codes, tables["ownership"])  # (B, U)
         editable = editable_concepts(weights, self.config.tau_use) & tables["has_atoms"]
         batch, n_units = weights.shape
-        keys = _uniform((3, batch, n_edits, n_units), generator, centred.device)
-        kind_keys = _uniform((batch, n_edits, CODE_KINDS), generator, centred.device)
+        keys = uniform((3, batch, n_edits, n_units), generator, centred.device, batch_dim=1)
+        kind_keys = uniform((batch, n_edits, CODE_KINDS), generator, centred.device)
         # `apply` asks only that the source be present, training asks that it be editable
         usable = (weights > 0) if forced_kind is not None else editable
         slots = self._slots(weights, editable, usable, keys, n_edits, named)
@@ -150,7 +152,7 @@ class EditPlanner:
             kind_keys = torch.cat([kind_keys, torch.zeros_like(kind_keys[..., :1])], dim=-1)
         else:
             feasible = torch.cat([feasible, rebind.proposed.unsqueeze(-1)], dim=-1)
-            kind_keys = torch.cat([kind_keys, _uniform((batch, n_edits, 1), generator, centred.device)], dim=-1)
+            kind_keys = torch.cat([kind_keys, uniform((batch, n_edits, 1), generator, centred.device)], dim=-1)
         if forced_kind is not None:
             kind_enabled = torch.arange(len(EDIT_KINDS), device=centred.device) == forced_kind
         else:
@@ -222,22 +224,18 @@ class EditPlanner:
 
     def _plan_rebind(self, centred: Tensor, weights: Tensor, editable: Tensor, usable: Tensor,
                      named: tuple[int, int] | None, n_edits: int,
-                     generator: torch.Generator | None) -> RebindPlan | None:
+                     generator: Randomness) -> RebindPlan | None:
         """Rebind proposals for every slot, or None when the named pair is not two attributes."""
         tables = self.tables(centred.device)
         if named is not None and any(self.directions.kinds[i] != "attribute" for i in named):
             return None
-        draws = None if named is not None else _uniform((centred.shape[0], n_edits), generator, centred.device)
+        draws = None if named is not None else uniform((centred.shape[0], n_edits), generator, centred.device)
         # the attributes are `usable` (present suffices for a named `apply`); the objects, which
         # the planner picks itself, must be strongly used, so a stray small weight never takes part
         return plan_rebind(centred, weights, usable & tables["has_atoms"], editable, tables["is_attribute"],
                            tables["is_object"], tables["group_ids"], tables["compound_index"],
                            tables["compound_table"], n_edits, self.config.strength, draws, named)
 
-
-def _uniform(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> Tensor:
-    source_device = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, device=source_device).to(device)
 
 
 def _pick(candidates: Tensor, scores: Tensor) -> Tensor:

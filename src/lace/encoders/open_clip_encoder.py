@@ -11,11 +11,13 @@ records it.
 from __future__ import annotations
 
 import logging
+import pickle
 from pathlib import Path
 
 import open_clip
 import torch
 from open_clip.model import QuickGELU
+from safetensors import SafetensorError
 
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
@@ -138,8 +140,16 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
     logging.disable(logging.WARNING if pretrained is None else logging.NOTSET)
     try:
         clip, preprocess_train, preprocess = open_clip.create_model_and_transforms(
-            model, pretrained=pretrained, device=device, force_quick_gelu=quick_gelu
+            model, pretrained=pretrained, device=device, force_quick_gelu=quick_gelu, weights_only=True
         )
+    except (pickle.UnpicklingError, SafetensorError, EOFError) as error:
+        # weights_only refuses a pickle that would build anything but tensors (it could run code)
+        raise LaceInputError(f"{pretrained}: refused or unreadable checkpoint (--pretrained): expected a "
+                             f"safetensors file or a state dict of tensors ({error})") from error
+    except RuntimeError as error:
+        if pretrained is None or not Path(pretrained).exists():
+            raise
+        raise LaceInputError(f"{pretrained}: not a checkpoint of {model} (--pretrained): {error}") from error
     finally:
         logging.disable(logging.NOTSET)
     tokenizer = open_clip.get_tokenizer(model)

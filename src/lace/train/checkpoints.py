@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     pointer = Path(run_dir) / CHECKPOINT_DIR / LATEST
     if not pointer.is_file():
         return None
-    name = pointer.read_text(encoding="utf-8").strip()
+    name = pointer.read_bytes().decode("utf-8", errors="replace").strip()
     if not NAME.match(name):
         raise LaceInputError(f"{pointer}: expected a checkpoint name like step_0000100, got {name!r}")
     return pointer.parent / f"{name}.json"
@@ -123,7 +124,7 @@ def load_checkpoint(manifest_path: Path, run_dir: Path | None = None) -> Checkpo
     manifest_path = Path(manifest_path)
     if not manifest_path.is_file():
         raise LaceInputError(f"{manifest_path}: checkpoint manifest not found (an incomplete checkpoint has none)")
-    manifest = read_json(manifest_path)
+    manifest = read_json(manifest_path, dict)
     try:
         files = {kind: manifest_path.parent / manifest["files"][kind]["name"] for kind in ("weights", "state")}
         step = int(manifest["step"])
@@ -136,9 +137,18 @@ def load_checkpoint(manifest_path: Path, run_dir: Path | None = None) -> Checkpo
                            if path.is_file() else "the file is missing")
     try:
         weights = load_file(str(files["weights"]))
-        state = torch.load(files["state"], map_location="cpu", weights_only=True)
-    except (SafetensorError, RuntimeError, OSError, EOFError) as error:
+    except (SafetensorError, RuntimeError, OSError) as error:
         raise _damaged(files["weights"], manifest_path, run_dir, str(error)) from error
+    try:
+        state = torch.load(files["state"], map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:  # weights_only refuses anything but tensors and plain values
+        raise LaceInputError(f"{files['state']}: refused: the trainer state holds objects other than tensors and "
+                             "plain values, which could run code when unpickled; only load checkpoints you trust "
+                             f"from a source that wrote them with lace ({error})") from error
+    except (RuntimeError, OSError, EOFError) as error:
+        raise _damaged(files["state"], manifest_path, run_dir, str(error)) from error
+    if not isinstance(state, dict):
+        raise _damaged(files["state"], manifest_path, run_dir, f"expected a dict, got {type(state).__name__}")
     return Checkpoint(manifest_path, step, weights, state)
 
 

@@ -52,14 +52,6 @@ def all_gather_counts(count: int, context: DistributedContext) -> list[int]:
     return [int(c.item()) for c in counts]
 
 
-def gather_rows(local: Tensor, context: DistributedContext) -> Tensor:
-    """All processes' rows concatenated, without gradient (for statistics and refits)."""
-    if not context.enabled:
-        return local
-    gathered, _ = gather_with_grad(local.detach(), context)
-    return gathered.detach()
-
-
 def sum_over_processes(values: list[float], context: DistributedContext) -> list[float]:
     """Elementwise sum of a list of numbers over all processes."""
     if not context.enabled:

@@ -45,9 +45,12 @@ class SampleSeededLocalEditor(LocalImageEditor):
         return scores.argmax(dim=1)
 
 
-def row_seeds(seed: int, keys: list[tuple[int, int]]) -> list[int]:
-    """One seed per row from (epoch, image index): independent of how the batch is split over processes."""
-    return [int(np.random.SeedSequence([seed, 5, epoch, index]).generate_state(1)[0]) for epoch, index in keys]
+def row_seeds(seed: int, keys: list[tuple[int, int]], stream: int = 5) -> list[int]:
+    """One seed per row from (epoch, image index): independent of how the batch is split over processes.
+
+    `stream` keeps the draws of different uses apart (5: local transplants, 2: dictionary edits).
+    """
+    return [int(np.random.SeedSequence([seed, stream, epoch, index]).generate_state(1)[0]) for epoch, index in keys]
 
 
 def fit_training_editor(config: TrainConfig, clip: torch.nn.Module, pixels: Tensor, captions: list[list[str]],

@@ -22,7 +22,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -34,6 +33,7 @@ from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
 from lace.edits.captions import RuleNegatives
+from lace.edits.row_random import RowGenerators
 from lace.encoders import DualEncoder, load_encoder
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
@@ -50,8 +50,9 @@ from lace.train.data import (
     collate,
     drop_missing_images,
 )
-from lace.train.distributed import barrier, gather_rows, gather_with_grad, sum_over_processes
+from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
+from lace.train.interrupt import StopRequest, TrainingInterrupted
 from lace.train.local_arm import (
     fit_training_editor,
     group_token_ids,
@@ -291,8 +292,9 @@ class Trainer:
         if self.device.type == "cuda" and state.get("cuda_rng") is not None and state["cuda_rng"].numel():
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         if state.get("pool_images") is not None and state["pool_images"].numel():
-            self.pool_images.append(state["pool_images"].to(self.device))
-            self.pool_texts.append(state["pool_texts"].to(self.device))
+            sizes = state["pool_sizes"].tolist() if "pool_sizes" in state else [state["pool_images"].shape[0]]
+            self.pool_images.extend(state["pool_images"].to(self.device).split(sizes))
+            self.pool_texts.extend(state["pool_texts"].to(self.device).split(sizes))
         if state.get("refit_images") is not None and state["refit_images"].numel() and self.editor is not None:
             # Refitting on the saved pool rebuilds the dictionary the run was using.
             self.refit_images, self.refit_texts = state["refit_images"], state["refit_texts"]
@@ -319,8 +321,10 @@ class Trainer:
             plain = clip_loss(U, V, scale, gallery_images=gallery_images, gallery_texts=gallery_texts,
                               row_offset=offset)
         if config.refresh_dictionary_every and self.editor is not None:
-            self.pool_images.append(U.detach())
-            self.pool_texts.append(V.detach())
+            # every process pools the whole global batch, in its global order: the refit then sees
+            # the rows one process would, however many processes share the batch
+            self.pool_images.append(gallery_images.detach())
+            self.pool_texts.append(gallery_texts.detach())
             _trim(self.pool_images, config.refresh_pool_size)
             _trim(self.pool_texts, config.refresh_pool_size)
         # Tensors, not numbers: reading them out each micro-batch would stall the GPU; `_log` does it.
@@ -349,7 +353,7 @@ class Trainer:
                                              tokens.to(self.device, non_blocking=True))
         U, all_texts, scale = U.float(), all_texts.float(), scale.float()
         V = all_texts[:n]  # (B, d)
-        negatives = self._counterfactuals(U, V, number)
+        negatives = self._counterfactuals(U, V, epoch, batch.indices)
         if rule_valid is not None:
             rule_texts = all_texts[n:].view(n, config.rule_negatives_per_caption, -1)  # (B, R, d)
             if config.caption_negatives:
@@ -365,21 +369,26 @@ class Trainer:
         """The heads over a micro-batch of cached tower features: U, V (B, d), the scale and the negatives."""
         U, V, scale = self.encoder.forward_features(batch.image_features.to(self.device),
                                                     batch.text_features.to(self.device))
-        negatives = self._counterfactuals(U, V, number)
+        negatives = self._counterfactuals(U, V, number // self.order.batches_per_epoch, batch.indices)
         if self.config.caption_negatives:
             made = self.encoder.head_text(batch.negative_features.to(self.device))  # (B, d)
             negatives.add_captions(made.unsqueeze(1), batch.negative_valid.to(self.device).unsqueeze(1))
         return U, V, scale, negatives
 
-    def _counterfactuals(self, U: torch.Tensor, V: torch.Tensor, number: int) -> Negatives:
-        """The editor's counterfactual negatives of micro-batch `number` (none without an editor)."""
+    def _counterfactuals(self, U: torch.Tensor, V: torch.Tensor, epoch: int, indices: list[int]) -> Negatives:
+        """The editor's counterfactual negatives of the rows (B,) `indices` of `epoch` (none without an editor).
+
+        Each row draws its edits from its own generator, seeded by (seed, epoch, image): a row gets the
+        same edits whatever other rows share its batch, so W processes draw what one process draws.
+        """
         config = self.config
         if self.editor is None:
             return Negatives()
-        generator = torch.Generator(self.device).manual_seed(
-            int(np.random.SeedSequence([config.seed, 2, number, self.context.rank]).generate_state(1)[0]))
+        # CPU generators: tiny draws per row, one copy to the device; the same edits on any device
+        generators = RowGenerators(row_seeds(config.seed, [(epoch, index) for index in indices], stream=2))
         return counterfactual_negatives(self.editor, U, V, config.n_edits, config.counterfactual_captions,
-                                        config.counterfactual_images, config.counterfactual_source, generator)
+                                        config.counterfactual_images, config.counterfactual_source, generators)
+
     def _local_and_rendered(self, negatives: Negatives, batch, tokens: torch.Tensor, epoch: int) -> None:
         """Add LACE-local's and the ceiling arm's negatives of this micro-batch to `negatives`."""
         config, clip = self.config, self.encoder.model
@@ -416,39 +425,44 @@ class Trainer:
         window_started = time.perf_counter()
         last_metrics: dict = {}
         self.encoder.train()
-        while self.step < self.total_steps:
-            lr = cosine_lr(self.step, config.lr, config.warmup_steps, self.total_steps)
-            set_lr(self.optimizer, lr)
-            for k in range(accumulation):
-                number = self.step * accumulation + k
-                batch = next(batches)
-                if self.on_batch is not None:
-                    self.on_batch(number, list(batch.indices))
-                sync = k == accumulation - 1 or not context.enabled
-                with nullcontext() if sync else self.model.no_sync():
-                    loss, stats = self._micro_step(batch, number)
-                    (loss / accumulation).backward()
-                window.append(stats)
-            if config.grad_clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), config.grad_clip_norm)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            clamp_logit_scale(self.encoder.logit_scale)
-            self.step += 1
-            if config.refresh_dictionary_every and self.editor is not None \
-                    and self.step % config.refresh_dictionary_every == 0:
-                self._refresh_dictionary()
-            checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
-                or self.step == self.total_steps
-            # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
-            if self.step % config.log_every == 0 or checkpoint_now:
-                last_metrics = self._log(window, time.perf_counter() - window_started, lr, writer)
-                bar.set_postfix(loss=f"{last_metrics['loss']:.4f}", lr=f"{lr:.2e}",
-                                samples_per_s=f"{last_metrics['samples_per_second']:.0f}")
-                window, window_started = [], time.perf_counter()
-            if checkpoint_now:
-                self._save_checkpoint()
-            bar.update(1)
+        with StopRequest() as stop:
+            while self.step < self.total_steps:
+                lr = cosine_lr(self.step, config.lr, config.warmup_steps, self.total_steps)
+                set_lr(self.optimizer, lr)
+                for k in range(accumulation):
+                    number = self.step * accumulation + k
+                    batch = next(batches)
+                    if self.on_batch is not None:
+                        self.on_batch(number, list(batch.indices))
+                    sync = k == accumulation - 1 or not context.enabled
+                    with nullcontext() if sync else self.model.no_sync():
+                        loss, stats = self._micro_step(batch, number)
+                        (loss / accumulation).backward()
+                    window.append(stats)
+                if config.grad_clip_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), config.grad_clip_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                clamp_logit_scale(self.encoder.logit_scale)
+                self.step += 1
+                if config.refresh_dictionary_every and self.editor is not None \
+                        and self.step % config.refresh_dictionary_every == 0:
+                    self._refresh_dictionary()
+                stop_now = stop.agreed(context)  # Ctrl-C: save this step, then stop
+                checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
+                    or self.step == self.total_steps or stop_now
+                # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
+                if self.step % config.log_every == 0 or checkpoint_now:
+                    last_metrics = self._log(window, time.perf_counter() - window_started, lr, writer)
+                    bar.set_postfix(loss=f"{last_metrics['loss']:.4f}", lr=f"{lr:.2e}",
+                                    samples_per_s=f"{last_metrics['samples_per_second']:.0f}")
+                    window, window_started = [], time.perf_counter()
+                if checkpoint_now:
+                    self._save_checkpoint()
+                bar.update(1)
+                if stop_now and self.step < self.total_steps:
+                    bar.close()
+                    raise TrainingInterrupted(self.step, self.checkpoint_path)
         bar.close()
         if writer is not None:
             writer.close()
@@ -457,8 +471,8 @@ class Trainer:
                            self.step, self.skipped_images, last_metrics)
 
     def _refresh_dictionary(self) -> None:
-        self.refit_images = gather_rows(torch.cat(list(self.pool_images)), self.context).cpu()
-        self.refit_texts = gather_rows(torch.cat(list(self.pool_texts)), self.context).cpu()
+        self.refit_images = torch.cat(list(self.pool_images)).cpu()
+        self.refit_texts = torch.cat(list(self.pool_texts)).cpu()
         self.editor = refresh_editor(self.editor, self.refit_images, self.refit_texts)
         check_editor_dimension(self.editor, self.encoder.embed_dim, "refreshed dictionary")
 
@@ -512,6 +526,8 @@ class Trainer:
             "skipped_images": self.skipped_images,
             "pool_images": pool_images,
             "pool_texts": pool_texts,
+            # the pool's micro-batches, so that a resumed run trims it as the uninterrupted run does
+            "pool_sizes": torch.tensor([t.shape[0] for t in self.pool_images], dtype=torch.long),
             "refit_images": self.refit_images if self.refit_images is not None else empty,
             "refit_texts": self.refit_texts if self.refit_texts is not None else empty,
         }

@@ -36,7 +36,7 @@ from lace.data.dataset import ImageTextDataset
 from lace.encoders.towers import image_tower, text_tower
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
-from lace.io import atomic_path, atomic_write_json
+from lace.io import atomic_path, atomic_write_json, open_npy
 
 
 @dataclass
@@ -74,10 +74,7 @@ def _save_array(path: Path, array: np.ndarray, description: dict) -> None:
 def _load_cached(path: Path, rows: int, dim: int) -> np.ndarray | None:
     if not path.is_file():
         return None
-    try:
-        array = np.load(path, mmap_mode="r")
-    except ValueError as error:
-        raise LaceInputError(f"{path}: unreadable cached tower features ({error}); delete the file") from error
+    array = open_npy(path, "cached tower features (delete the file to recompute it)")
     if array.shape != (rows, dim):
         raise LaceInputError(f"{path}: cached tower features of shape {array.shape}, expected {(rows, dim)}")
     return array

@@ -42,7 +42,7 @@ from lace.encoders.towers.top import (
     text_below_top,
 )
 from lace.errors import LaceInputError
-from lace.io import atomic_path, atomic_write_json, read_json
+from lace.io import atomic_path, atomic_write_json, open_npy, read_json
 
 STORAGE_DTYPE = np.float16
 
@@ -184,10 +184,7 @@ def offsets_path(path: Path) -> Path:
 
 
 def _load(path: Path, expected_rows: int, what: str) -> np.ndarray:
-    try:
-        array = np.load(path, mmap_mode="r")
-    except ValueError as error:
-        raise LaceInputError(f"{path}: unreadable cached {what} ({error}); delete the file") from error
+    array = open_npy(path, f"cached {what} (delete the file to recompute it)")
     if array.shape[0] != expected_rows:
         raise LaceInputError(f"{path}: cached {what} with {array.shape[0]} rows, expected {expected_rows}")
     return array
@@ -215,6 +212,9 @@ def cached_text_top_features(encoder: TowersDualEncoder, captions: list[str], ca
         path.parent.mkdir(parents=True, exist_ok=True)
         compute_text_top_features(encoder, captions, path, batch_size, progress)
     offsets = np.asarray(_load(offsets_path(path), len(captions) + 1, "token offsets"))
+    if offsets[0] != 0 or (np.diff(offsets) <= 0).any():
+        raise LaceInputError(f"{offsets_path(path)}: token offsets must start at 0 and increase (every caption "
+                             "has a token); delete the file to recompute it")
     states = _load(path, int(offsets[-1]), "token states")
     return TokenStates(states=states, offsets=offsets)
 
