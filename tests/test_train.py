@@ -263,3 +263,20 @@ def test_refreshed_editor_keeps_the_alignment_threshold_it_was_given():
     refreshed = refresh_editor(editor, images.flip(0), texts.flip(0))
     assert refreshed.tau_align == pytest.approx(threshold) != pytest.approx(calibrated)
     assert refreshed.dictionary is not dictionary and refreshed.config == editor.config
+
+
+def test_duplicate_pairs_are_masked_only_when_asked(pairs_csv, tmp_path):
+    from lace.train.data import Batch, pair_keys
+
+    images, captions = pair_keys(Batch(torch.zeros(3, 3, 2, 2), ["a red square", "a blue circle", "a red square"],
+                                       [5, 7, 5], 0))
+    assert images.tolist() == [5, 7, 5]
+    assert captions[0] == captions[2] and captions[0] != captions[1]
+    first = {}
+    for masked in (False, True):
+        out = tmp_path / f"masked-{masked}"
+        train(config_for(pairs_csv, out, steps=1, checkpoint_every=0, mask_duplicate_pairs=masked), progress=False)
+        first[masked] = read_json_line((out / "metrics.jsonl").read_text().splitlines()[0])
+    # The fixture repeats each caption every fourth image: 8-pair batches hold copies, and taking
+    # identical captions out of the softmax can only lower the loss of the same first batch.
+    assert first[True]["plain_loss"] < first[False]["plain_loss"] - 1e-4

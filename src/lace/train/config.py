@@ -58,6 +58,9 @@ class TrainConfig:
     """Clip the global gradient norm to this value (None: no clipping)."""
     grad_accumulation: int = 1
     """Batches per optimiser step; each batch is its own contrastive loss, gradients averaged."""
+    mask_duplicate_pairs: bool = False
+    """Leave other copies of a pair's image or caption in the batch (all processes) out of its softmax
+    in both directions. Off by default: every other pair is a negative, as in open_clip's ClipLoss."""
     precision: str = "auto"
     """fp32, bf16 (autocast) or auto (bf16 on CUDA, fp32 on CPU)."""
     device: str = "auto"

@@ -10,6 +10,7 @@ epoch is drawn from the same seed, and each sample's augmentation is seeded by
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -231,6 +232,18 @@ class Batch:
     captions: list[str]
     indices: list[int]
     skipped: int
+
+
+def pair_keys(batch: Batch | FeatureBatch) -> tuple[Tensor, Tensor]:
+    """(B,) image keys and (B,) caption keys of a batch: equal keys mean the same image (dataset row)
+    or the same caption (its text, or for cached features the bytes of its feature row)."""
+    if isinstance(batch, FeatureBatch):
+        captions = [row.numpy().tobytes() for row in batch.text_features.detach().cpu()]
+    else:
+        captions = [caption.encode("utf-8") for caption in batch.captions]
+    caption_keys = [int.from_bytes(hashlib.blake2b(caption, digest_size=8).digest(), "little", signed=True)
+                    for caption in captions]
+    return torch.tensor(batch.indices, dtype=torch.long), torch.tensor(caption_keys, dtype=torch.long)
 
 
 def collate(samples: list[tuple[Tensor, str, int] | None]) -> Batch:

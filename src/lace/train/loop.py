@@ -37,7 +37,7 @@ from lace.edits.row_random import RowGenerators
 from lace.encoders import DualEncoder, load_encoder
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
-from lace.losses import clip_loss, lace_loss
+from lace.losses import clip_loss, duplicate_pairs, lace_loss
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
 from lace.train.data import (
@@ -49,6 +49,7 @@ from lace.train.data import (
     TrainingOrder,
     collate,
     drop_missing_images,
+    pair_keys,
 )
 from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
@@ -314,12 +315,14 @@ class Trainer:
         n = U.shape[0]
         gallery_images, offset = gather_with_grad(U, self.context)
         gallery_texts, _ = gather_with_grad(V, self.context)
+        false_negatives = self._false_negatives(batch, offset) if config.mask_duplicate_pairs else None
         loss = lace_loss(U, V, scale, negatives.caption_negatives, negatives.caption_valid,
                          negatives.image_negatives, negatives.image_valid, weight=config.counterfactual_weight,
-                         gallery_images=gallery_images, gallery_texts=gallery_texts, row_offset=offset)
+                         gallery_images=gallery_images, gallery_texts=gallery_texts, row_offset=offset,
+                         false_negatives=false_negatives)
         with torch.no_grad():
             plain = clip_loss(U, V, scale, gallery_images=gallery_images, gallery_texts=gallery_texts,
-                              row_offset=offset)
+                              row_offset=offset, false_negatives=false_negatives)
         if config.refresh_dictionary_every and self.editor is not None:
             # every process pools the whole global batch, in its global order: the refit then sees
             # the rows one process would, however many processes share the batch
@@ -332,6 +335,13 @@ class Trainer:
                  "caption_valid": _valid_rows(negatives.caption_valid),
                  "image_valid": _valid_rows(negatives.image_valid)}
         return loss, stats
+
+    def _false_negatives(self, batch, offset: int) -> torch.Tensor:
+        """(B, G) bool: the other copies of each row's image or caption among all processes' pairs."""
+        images, captions = (keys.to(self.device) for keys in pair_keys(batch))
+        gallery_images, _ = gather_with_grad(images, self.context)
+        gallery_captions, _ = gather_with_grad(captions, self.context)
+        return duplicate_pairs(images, captions, gallery_images, gallery_captions, row_offset=offset)
 
     def _embed_pixels(self, batch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Negatives]:
         """Encode a micro-batch of pixels and captions (plus rule-made captions): U, V (B, d), the scale and
