@@ -262,3 +262,28 @@ def test_refreshed_editor_keeps_the_alignment_threshold_it_was_given():
     refreshed = refresh_editor(editor, images.flip(0), texts.flip(0))
     assert refreshed.tau_align == pytest.approx(threshold) != pytest.approx(calibrated)
     assert refreshed.dictionary is not dictionary and refreshed.config == editor.config
+
+
+def test_foreach_adamw_moves_the_parameters_exactly_as_the_per_tensor_loop():
+    """`build_optimizer` asks for PyTorch's foreach AdamW, which is faster on CPU; the figures a run
+    records must not depend on it, so its parameters must equal the per-tensor loop's bit for bit."""
+    from lace.train.optim import build_optimizer
+
+    torch.manual_seed(0)
+    model = open_clip.create_model("lace-micro-rn-32")
+    twin = open_clip.create_model("lace-micro-rn-32")
+    twin.load_state_dict(model.state_dict())
+    fast = build_optimizer(model, 1e-3, 0.1, (0.9, 0.98), 1e-6)
+    slow = build_optimizer(twin, 1e-3, 0.1, (0.9, 0.98), 1e-6)
+    for group in slow.param_groups:
+        group["foreach"] = False
+    assert all(group["foreach"] for group in fast.param_groups)
+    pixels, tokens = torch.randn(4, 3, 32, 32), torch.randint(1, 100, (4, model.context_length))
+    for _ in range(3):
+        for net, optimizer in ((model, fast), (twin, slow)):
+            optimizer.zero_grad()
+            image, text, scale = net(pixels, tokens)
+            (scale * image @ text.T).logsumexp(1).mean().backward()
+            optimizer.step()
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert torch.equal(a, b), name
