@@ -11,11 +11,12 @@ Speed (measured, see `benchmarks/towers_features.py` and docs/results.md): JPEGs
 decoded in DataLoader workers, Pillow's `draft` mode decodes large JPEGs at a reduced
 scale (never below the resize size; `draft=False` decodes at full size, under its own
 cache key), captions are encoded in batches sorted by length so that little padding is
-computed, and the towers run in ONNX Runtime (`runtime="onnxruntime"`, the default where
-it is installed; `lace.encoders.towers.onnx_runtime`) or in PyTorch (`runtime="torch"`: channels_last,
-`torch.inference_mode`). Both runtimes give the same features to float32 rounding
-(cosine >= 1 - 1e-4), so the cache key does not name the runtime, as it does not name
-the thread count. The runtimes use `torch.get_num_threads()` intra-op threads; the
+computed, and each tower runs in ONNX Runtime (`runtime="onnxruntime"`,
+`lace.encoders.towers.onnx_runtime`) or in PyTorch (`runtime="torch"`: channels_last,
+`torch.inference_mode`); by default the image tower in ONNX Runtime where it is installed
+and the text tower in PyTorch (`onnx_runtime.default_runtime` says why). Both runtimes
+give the same features to float32 rounding (cosine >= 1 - 1e-4), so the cache key does
+not name the runtime, as it does not name the thread count. The runtimes use `torch.get_num_threads()` intra-op threads; the
 library leaves the thread count alone.
 """
 
@@ -86,9 +87,9 @@ FULL_DECODE_KEY = ":full-decode"
 """Added to the image tower id in the cache key of features decoded without draft mode."""
 
 
-def _runtime(runtime: str | None) -> str:
-    """`runtime`, or the default one when None."""
-    runtime = onnx_runtime.default_runtime() if runtime is None else runtime
+def _runtime(runtime: str | None, tower: str) -> str:
+    """`runtime`, or `tower`'s default one when None."""
+    runtime = onnx_runtime.default_runtime(tower) if runtime is None else runtime
     if runtime not in onnx_runtime.RUNTIMES:
         raise LaceInputError(f"tower runtime: expected one of {onnx_runtime.RUNTIMES}, got {runtime!r}")
     return runtime
@@ -153,7 +154,7 @@ def compute_image_tower_features(
     `runtime`: "onnxruntime" or "torch" (same features; None: the default); `draft`: decode large JPEGs at a
     reduced scale (features differ slightly from a full decode; see the module docstring).
     """
-    runtime = _runtime(runtime)
+    runtime = _runtime(runtime, "image")
     loader = torch.utils.data.DataLoader(
         _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE if draft else None),
         batch_size=batch_size, num_workers=num_workers, shuffle=False,
@@ -177,7 +178,7 @@ def compute_text_tower_features(
     runtime: str | None = None,
 ) -> np.ndarray:
     """(N_txt, 384) float32 text tower features of `captions`, in their order (`runtime` as for images)."""
-    runtime = _runtime(runtime)
+    runtime = _runtime(runtime, "text")
     session = _session("text", encoder.text_tower) if runtime == "onnxruntime" and captions else None
     output = np.empty((len(captions), text_tower.FEATURE_DIM), dtype=np.float32)
     by_length = sorted(range(len(captions)), key=lambda i: len(captions[i]))  # little padding per batch

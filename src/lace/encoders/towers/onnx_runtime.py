@@ -27,9 +27,14 @@ RUNTIMES = ("onnxruntime", "torch")
 OPSET = 17
 
 
-def default_runtime() -> str:
-    """"onnxruntime" where it is installed (`lace[scale]`), else "torch"; both give the same features."""
-    return "onnxruntime" if importlib.util.find_spec("onnxruntime") is not None else "torch"
+def default_runtime(tower: str) -> str:
+    """The runtime `tower` ("image" or "text") runs in by default, as measured on 2 CPU cores
+    (docs/results.md, Speed): ONNX Runtime where it is installed (`lace[scale]`) for the image
+    tower, where it ran 2-3x PyTorch's rate; PyTorch for the text tower, where ONNX Runtime was
+    no faster (its attention fusion does not match this export). Both give the same features."""
+    if tower == "image" and importlib.util.find_spec("onnxruntime") is not None:
+        return "onnxruntime"
+    return "torch"
 
 
 class _PooledText(torch.nn.Module):
