@@ -30,8 +30,9 @@ OPSET = 17
 def default_runtime(tower: str) -> str:
     """The runtime `tower` ("image" or "text") runs in by default, as measured on 2 CPU cores
     (docs/results.md, Speed): ONNX Runtime where it is installed (`lace[scale]`) for the image
-    tower, where it ran 2-3x PyTorch's rate; PyTorch for the text tower, where ONNX Runtime was
-    no faster (its attention fusion does not match this export). Both give the same features."""
+    tower, where it ran about twice PyTorch's rate; PyTorch for the text tower, where ONNX Runtime
+    was not faster on a quiet machine (its attention fusion does not match this export). Both give
+    the same features."""
     if tower == "image" and importlib.util.find_spec("onnxruntime") is not None:
         return "onnxruntime"
     return "torch"
