@@ -1,35 +1,46 @@
-"""Tower feature extraction speed: lace's batched path against the plain per-item path.
+"""Tower feature extraction speed: where the time goes, and the rate of each runtime.
 
-The peer is what a plain script does: decode each image with Pillow, preprocess it,
-run the timm model on a batch of one (default memory layout, `torch.no_grad`), and
-run the Hugging Face text model on one caption at a time. lace's path is
-`compute_image_tower_features` / `compute_text_tower_features`: DataLoader workers
-decode JPEGs (Pillow draft mode), the image tower runs in channels_last layout under
-`inference_mode` on batches of 64, and captions go in length-sorted batches of 256.
-The image settings (threads, layout, workers, batch size) are also switched one at
-a time to show which of them helps. On a shared, busy CPU the thread count matters
-most: two intra-op threads competing with other processes can be many times slower
-than one. Each lace timing is the best of `--repeats` runs; the slow peer runs once,
-on the first `--peer-images` images and `--peer-captions` captions (rates are per item).
+Two parts, both on Flickr8k (`--data` or $LACE_FLICKR8K), with `--threads` intra-op threads:
+1. A per-stage table, each stage timed alone on `--stage-images` images and `--stage-captions`
+   captions: read + decode (Pillow, draft mode), resize + centre crop, to tensor + normalise,
+   the image tower in PyTorch (channels_last, `inference_mode`) and in ONNX Runtime (batches
+   of 64), the copy into the output array; tokenising, and the text tower in both runtimes
+   (length-sorted batches of 256).
+2. End to end: `compute_image_tower_features` / `compute_text_tower_features` on `--images`
+   images and `--captions` captions in each runtime (DataLoader workers decode while the tower
+   runs), best of `--repeats` (the runtimes take turns), with the smallest cosine between the two runtimes' features.
+   The ONNX export (once per process and weights) is timed apart and not counted in the rates.
+   The headline rates are those of each tower's default runtime (`onnx_runtime.default_runtime`).
 
-Usage: python benchmarks/towers_features.py --data /path/to/flickr8k
-       (or set LACE_FLICKR8K). The last printed line is one JSON object.
+Draft decoding is also compared with a full decode (smallest cosine of the features) on
+`--photos` (a glob of JPEGs; default: the same Flickr8k images, where draft mode does
+nothing when the copy's JPEGs are already small).
+
+Usage: python benchmarks/towers_features.py --data /path/to/flickr8k [--threads 2]
+The last printed line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 
+from lace.data.dataset import ImageTextDataset, ImageTextRecord
 from lace.data.flickr8k import ENV_VARIABLE, read_flickr8k
 from lace.encoders import load_encoder
 from lace.encoders.towers import features as tower_features
-from lace.encoders.towers import image_tower
+from lace.encoders.towers import image_tower, onnx_runtime
+
+TARGETS = {"images_per_s": 80.0, "captions_per_s": 900.0}
 
 
 def timed(function) -> tuple[float, object]:
@@ -38,50 +49,85 @@ def timed(function) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def naive_images(encoder, dataset) -> torch.Tensor:
-    """One image at a time, default memory layout, `no_grad`."""
-    tower = encoder.image_tower.to(memory_format=torch.contiguous_format)
-    try:
-        with torch.no_grad():
-            return torch.cat([tower(encoder.preprocess(dataset.load_image(i)).unsqueeze(0)) for i in range(len(dataset))])
-    finally:
-        tower.to(memory_format=torch.channels_last)
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(torch.nn.functional.cosine_similarity(torch.from_numpy(np.asarray(a)),
+                                                       torch.from_numpy(np.asarray(b))).min())
 
 
-def naive_captions(encoder, captions) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([encoder.text_tower(encoder.tokenize([caption])) for caption in captions])
+def image_stages(encoder, paths: list[str], session) -> dict[str, float]:
+    """Milliseconds per image of each image stage, run one stage at a time over all of `paths`."""
+    resize_crop, to_tensor = encoder.preprocess.transforms[:2], encoder.preprocess.transforms[2:]
+    seconds = {}
+
+    def decode(path):
+        with Image.open(path) as image:
+            image.draft("RGB", (image_tower.RESIZE_SIZE, image_tower.RESIZE_SIZE))
+            return image.convert("RGB")
+
+    seconds["read + decode (draft)"], images = timed(lambda: [decode(path) for path in paths])
+    seconds["resize + centre crop"], cropped = timed(lambda: [_apply(resize_crop, image) for image in images])
+    seconds["to tensor + normalise"], tensors = timed(lambda: [_apply(to_tensor, image) for image in cropped])
+    batches = [torch.stack(tensors[start:start + 64]) for start in range(0, len(tensors), 64)]
+    with torch.inference_mode():
+        seconds["image tower, torch"], _ = timed(lambda: [encoder.image_tower_features(b) for b in batches])
+    seconds["image tower, onnxruntime"], outputs = timed(lambda: [session(b.numpy()) for b in batches])
+    output = np.empty((len(paths), image_tower.FEATURE_DIM), dtype=np.float32)
+    seconds["copy to the output array"], _ = timed(lambda: _copy(outputs, output))
+    return {name: 1e3 * value / len(paths) for name, value in seconds.items()}
 
 
-def batched_images(encoder, dataset, batch_size: int, num_workers: int, channels_last: bool, threads: int) -> float:
-    """Images/s of a batched loop with one setting switched at a time (draft decoding always on)."""
-    torch.set_num_threads(threads)
-    loader = torch.utils.data.DataLoader(
-        tower_features._ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE),
-        batch_size=batch_size, num_workers=num_workers,
-    )
-    layout = torch.channels_last if channels_last else torch.contiguous_format
-    tower = encoder.image_tower.to(memory_format=layout)
-    try:
-        start = time.perf_counter()
-        with torch.inference_mode():
-            for pixels in loader:
-                tower(pixels.contiguous(memory_format=layout))
-        return len(dataset) / (time.perf_counter() - start)
-    finally:
-        tower.to(memory_format=torch.channels_last)
+def text_stages(encoder, captions: list[str], session) -> dict[str, float]:
+    """Milliseconds per caption of each text stage (length-sorted batches of 256)."""
+    ordered = sorted(captions, key=len)
+    seconds = {}
+    seconds["tokenise"], batches = timed(lambda: [encoder.tokenize(ordered[start:start + 256])
+                                                  for start in range(0, len(ordered), 256)])
+    with torch.inference_mode():
+        seconds["text tower, torch"], _ = timed(lambda: [encoder.text_tower_features(b) for b in batches])
+    pad = encoder.text_tower.pad_token_id
+    seconds["text tower, onnxruntime"], _ = timed(lambda: [session(*onnx_runtime.text_inputs(b, pad)) for b in batches])
+    return {name: 1e3 * value / len(captions) for name, value in seconds.items()}
+
+
+def _apply(transforms, image):
+    for transform in transforms:
+        image = transform(image)
+    return image
+
+
+def _copy(outputs: list[np.ndarray], output: np.ndarray) -> None:
+    start = 0
+    for features in outputs:
+        output[start:start + len(features)] = features
+        start += len(features)
+
+
+def draft_against_full(encoder, photos: list[str], runtime: str) -> dict:
+    """Smallest cosine between features of draft-decoded and fully decoded `photos`."""
+    folder = ImageTextDataset([ImageTextRecord(Path(path).stem, Path(path), ("",)) for path in photos], "photos")
+    draft = tower_features.compute_image_tower_features(encoder, folder, num_workers=0, runtime=runtime)
+    full = tower_features.compute_image_tower_features(encoder, folder, num_workers=0, runtime=runtime, draft=False)
+    sizes = sorted({Image.open(path).size for path in photos})
+    return {"photos": len(photos), "sizes": [list(size) for size in sizes[:5]], "min_cosine": min_cosine(draft, full)}
+
+
+def print_table(title: str, unit: str, stages: dict[str, float]) -> None:
+    print(f"\n{title}\n| stage | {unit} |\n|---|---|")
+    for name, value in stages.items():
+        print(f"| {name} | {value:.3f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=os.environ.get(ENV_VARIABLE), help=f"Flickr8k folder (default: ${ENV_VARIABLE})")
-    parser.add_argument("--images", type=int, default=64)
-    parser.add_argument("--captions", type=int, default=512)
-    parser.add_argument("--peer-images", type=int, default=32)
-    parser.add_argument("--peer-captions", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads of lace's path")
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--captions", type=int, default=5000)
+    parser.add_argument("--stage-images", type=int, default=256)
+    parser.add_argument("--stage-captions", type=int, default=2048)
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of both runtimes")
     parser.add_argument("--workers", type=int, default=1, help="DataLoader workers decoding JPEGs")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per lace timing; the best counts")
+    parser.add_argument("--repeats", type=int, default=2, help="end-to-end runs per runtime; the best counts")
+    parser.add_argument("--photos", default=None, help="glob of JPEGs for the draft-against-full comparison")
     args = parser.parse_args(argv)
     if not args.data or not (Path(args.data) / "captions.csv").is_file():
         message = f"skipped: no Flickr8k folder (pass --data or set {ENV_VARIABLE}; got {args.data!r})"
@@ -89,70 +135,65 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"benchmark": "towers_features", "skipped": message}))
         return 0
 
-    default_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    dataset = read_flickr8k(args.data, split="test")
-    images = dataset.subset(list(range(args.images)))
-    peer_images = images.subset(list(range(min(args.peer_images, len(images)))))
+    images = read_flickr8k(args.data, split="test")
+    images = images.subset(list(range(min(args.images, len(images)))))
     captions = read_flickr8k(args.data, split="train").captions[: args.captions]
-    peer_captions = captions[: args.peer_captions]
     encoder = load_encoder("lace-towers").eval()
-
+    export_image_s, image_session = timed(lambda: tower_features._session("image", encoder.image_tower))
+    export_text_s, text_session = timed(lambda: tower_features._session("text", encoder.text_tower))
     # Warm-up: first calls allocate and pick kernels.
-    tower_features.compute_image_tower_features(encoder, images.subset([0, 1]), batch_size=2, num_workers=0)
-    naive_captions(encoder, captions[:4])
+    tower_features.compute_image_tower_features(encoder, images.subset([0, 1]), batch_size=2, num_workers=0,
+                                                runtime="torch")
+    tower_features.compute_text_tower_features(encoder, captions[:8], runtime="torch")
 
-    peer = {}
-    for threads in sorted({default_threads, args.threads}):
-        torch.set_num_threads(threads)
-        image_s, naive_image_features = timed(lambda: naive_images(encoder, peer_images))
-        text_s, naive_text_features = timed(lambda: naive_captions(encoder, peer_captions))
-        peer[threads] = (len(peer_images) / image_s, len(peer_captions) / text_s)
+    stage_paths = [images.records[i].image_path for i in range(min(args.stage_images, len(images)))]
+    per_image = image_stages(encoder, stage_paths, image_session)
+    per_caption = text_stages(encoder, captions[: args.stage_captions], text_session)
+    print_table(f"Image stages, {len(stage_paths)} images, {args.threads} threads", "ms per image", per_image)
+    print_table(f"Text stages, {min(args.stage_captions, len(captions))} captions, {args.threads} threads",
+                "ms per caption", per_caption)
 
-    torch.set_num_threads(args.threads)
-    image_runs = [timed(lambda: tower_features.compute_image_tower_features(
-        encoder, images, batch_size=64, num_workers=args.workers)) for _ in range(args.repeats)]
-    text_runs = [timed(lambda: tower_features.compute_text_tower_features(encoder, captions, batch_size=256))
-                 for _ in range(args.repeats)]
-    image_s, image_features = min(image_runs, key=lambda run: run[0])
-    text_s, text_features = min(text_runs, key=lambda run: run[0])
-    settings = {
-        "threads2_batch64_contiguous_no_workers": (64, 0, False, 2),
-        "threads1_batch64_contiguous_no_workers": (64, 0, False, 1),
-        "threads1_batch64_channels_last_no_workers": (64, 0, True, 1),
-        f"threads1_batch64_channels_last_{args.workers}_workers": (64, args.workers, True, 1),
-        f"threads1_batch16_channels_last_{args.workers}_workers": (16, args.workers, True, 1),
-    }
-    ablation = {name: max(batched_images(encoder, images, *setting) for _ in range(args.repeats))
-                for name, setting in settings.items()}
-    torch.set_num_threads(args.threads)
-    n_peer = len(peer_images)
-    image_gap = float((torch.from_numpy(image_features[:n_peer]) - naive_image_features).abs().max())
-    text_gap = float((torch.from_numpy(text_features[: len(peer_captions)]) - naive_text_features).abs().max())
+    # The runtimes take turns, repeat by repeat, so that a change in the machine's load hits both alike.
+    runs: dict[tuple[str, str], list[tuple[float, np.ndarray]]] = {}
+    for _ in range(args.repeats):
+        for runtime in onnx_runtime.RUNTIMES:
+            runs.setdefault((runtime, "image"), []).append(timed(partial(
+                tower_features.compute_image_tower_features, encoder, images, batch_size=64,
+                num_workers=args.workers, runtime=runtime)))
+            runs.setdefault((runtime, "text"), []).append(timed(partial(
+                tower_features.compute_text_tower_features, encoder, captions, batch_size=256, runtime=runtime)))
+    best = {key: min(timings, key=lambda run: run[0]) for key, timings in runs.items()}
+    features = {key: run[1] for key, run in best.items()}
+    rates = {runtime: {"images_per_s": round(len(images) / best[runtime, "image"][0], 2),
+                       "captions_per_s": round(len(captions) / best[runtime, "text"][0], 2)}
+             for runtime in onnx_runtime.RUNTIMES}
+    print("\n| runtime | images/s | captions/s |\n|---|---|---|")
+    for runtime, rate in rates.items():
+        print(f"| {runtime} | {rate['images_per_s']:.1f} | {rate['captions_per_s']:.1f} |")
 
-    images_per_s, captions_per_s = len(images) / image_s, len(captions) / text_s
-    peer_images_per_s, peer_captions_per_s = peer[default_threads]
-    # Time for the same work (all images and captions) on the peer path over lace's path.
-    peer_time = len(images) / peer_images_per_s + len(captions) / peer_captions_per_s
-    lace_time = image_s + text_s
+    photos = sorted(glob.glob(args.photos)) if args.photos else stage_paths[:32]
+    draft = draft_against_full(encoder, photos, onnx_runtime.default_runtime("image"))
+    runtimes = {"images_per_s": onnx_runtime.default_runtime("image"), "captions_per_s": onnx_runtime.default_runtime("text")}
+    default = {name: rates[runtime][name] for name, runtime in runtimes.items()}
     result = {
         "benchmark": "towers_features",
-        "images_per_s": round(images_per_s, 2),
-        "captions_per_s": round(captions_per_s, 2),
-        "vs_peer_ratio": round(peer_time / lace_time, 2),
-        "peer": f"per-item timm + transformers, default settings ({default_threads} threads)",
-        "peer_images_per_s": round(peer_images_per_s, 2),
-        "peer_captions_per_s": round(peer_captions_per_s, 2),
-        "images_vs_peer_ratio": round(images_per_s / peer_images_per_s, 2),
-        "captions_vs_peer_ratio": round(captions_per_s / peer_captions_per_s, 2),
-        "peer_by_threads": {str(k): {"images_per_s": round(v[0], 2), "captions_per_s": round(v[1], 2)}
-                            for k, v in peer.items()},
-        "image_settings_images_per_s": {k: round(v, 2) for k, v in ablation.items()},
-        "max_abs_difference_vs_peer": {"image": image_gap, "text": text_gap},
+        "images_per_s": default["images_per_s"],
+        "captions_per_s": default["captions_per_s"],
+        "default_runtimes": runtimes,
+        "targets": TARGETS,
+        "targets_met": {name: default[name] >= target for name, target in TARGETS.items()},
+        "by_runtime": rates,
+        "min_cosine_onnxruntime_vs_torch": {
+            kind: min_cosine(features["onnxruntime", kind], features["torch", kind]) for kind in ("image", "text")},
+        "export_seconds": {"image": round(export_image_s, 2), "text": round(export_text_s, 2)},
+        "ms_per_image_by_stage": {name: round(value, 3) for name, value in per_image.items()},
+        "ms_per_caption_by_stage": {name: round(value, 4) for name, value in per_caption.items()},
+        "draft_against_full_decode": draft,
         "n_images": len(images), "n_captions": len(captions),
-        "n_peer_images": n_peer, "n_peer_captions": len(peer_captions),
         "threads": args.threads, "workers": args.workers, "repeats": args.repeats,
-        "note": "Pillow draft decoding is a no-op on this copy: its JPEGs are already 224 px",
+        "load_average": [round(value, 2) for value in os.getloadavg()],
     }
     print(json.dumps(result))
     return 0

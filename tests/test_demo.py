@@ -43,7 +43,7 @@ def test_report_has_every_table_and_plot(demo):
     report = (out / "report.md").read_text()
     for heading in ("Summary", "What improved and what did not", "Calibration of the base", "Binding, in-distribution test",
                     "Binding, compositional test", "Retrieval and geometry", "The concept dictionary",
-                    "Edit retrieval", "Wall time per stage", "Configuration and seeds"):
+                    "Edit retrieval", "Time per stage", "Configuration and seeds"):
         assert f"## {heading}" in report, heading
     for figure in ("figures/ablation.png", "figures/nk_histograms.png"):
         assert f"]({figure})" in report and (out / figure).stat().st_size > 1000
@@ -53,6 +53,10 @@ def test_report_has_every_table_and_plot(demo):
         assert f"| {variant} |" in report
     assert set(summary["evaluations"]) == {"base", "plain seed 0", "caption negatives seed 0", "LACE seed 0",
                                            "LACE + caption negatives seed 0"}
+    # every stage's CPU time beside its wall time, and how busy the machine was
+    assert set(summary["cpu_seconds"]) == set(summary["wall_seconds"])
+    assert all(seconds > 0 for seconds in summary["cpu_seconds"].values())
+    assert len(summary["machine"]["load_average_at_start"]) == 3 and "load average" in report
 
 
 def test_every_number_in_the_report_tables_comes_from_results(demo):

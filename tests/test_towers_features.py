@@ -10,8 +10,11 @@ import torch
 from PIL import Image
 
 from lace.data import read_csv
+from lace.data.dataset import ImageTextDataset, ImageTextRecord
 from lace.encoders import load_encoder
 from lace.encoders.towers import features as tower_features
+from lace.encoders.towers import onnx_runtime
+from lace.encoders.towers.onnx_runtime import RUNTIMES
 from lace.errors import LaceInputError
 from lace.losses import clip_loss
 
@@ -60,6 +63,34 @@ def test_length_sorted_text_batches_match_single_captions(encoder, photos):
     with torch.no_grad():
         single = torch.cat([encoder.text_tower_features(encoder.tokenize([c])) for c in captions])
     torch.testing.assert_close(torch.from_numpy(batched), single, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif(onnx_runtime.default_runtime("image") != "onnxruntime", reason="onnxruntime is not installed")
+def test_onnxruntime_and_torch_give_the_same_features(encoder, photos):
+    cosine = lambda a, b: float(torch.nn.functional.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b)).min())
+    images = {runtime: tower_features.compute_image_tower_features(encoder, photos, batch_size=4, num_workers=0,
+                                                                  runtime=runtime) for runtime in RUNTIMES}
+    texts = {runtime: tower_features.compute_text_tower_features(encoder, photos.captions, batch_size=5,
+                                                                runtime=runtime) for runtime in RUNTIMES}
+    assert cosine(images["onnxruntime"], images["torch"]) > 1 - 1e-4
+    assert cosine(texts["onnxruntime"], texts["torch"]) > 1 - 1e-4
+    with pytest.raises(LaceInputError, match="tower runtime"):
+        tower_features.compute_text_tower_features(encoder, photos.captions, runtime="tensorflow")
+
+
+def test_full_decoding_is_cached_under_its_own_key(encoder, tmp_path):
+    """Draft decoding changes the features of large JPEGs, so a full decode must never read its cache."""
+    rows = np.random.default_rng(0).integers(0, 256, (700, 900, 3), dtype=np.uint8)
+    Image.fromarray(rows).save(tmp_path / "large.jpg", quality=90)
+    Image.fromarray(rows[:200, :240]).save(tmp_path / "small.jpg", quality=90)
+    photos = ImageTextDataset([ImageTextRecord(name, tmp_path / f"{name}.jpg", ("a photo",))
+                               for name in ("large", "small")], "test")
+    draft = tower_features.cached_image_tower_features(encoder, photos, tmp_path, num_workers=0, runtime="torch")
+    full = tower_features.cached_image_tower_features(encoder, photos, tmp_path, num_workers=0, runtime="torch",
+                                                      draft=False)
+    assert len(list(tmp_path.glob("image-tower-*.npy"))) == 2
+    assert not np.allclose(draft[0], full[0], atol=1e-3)  # 900 x 700: decoded at half scale in draft mode
+    np.testing.assert_array_equal(draft[1], full[1])  # 240 x 200: draft mode does nothing
 
 
 def test_cache_round_trip_reads_the_file_the_second_time(encoder, photos, tmp_path, monkeypatch):

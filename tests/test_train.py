@@ -280,3 +280,28 @@ def test_duplicate_pairs_are_masked_only_when_asked(pairs_csv, tmp_path):
     # The fixture repeats each caption every fourth image: 8-pair batches hold copies, and taking
     # identical captions out of the softmax can only lower the loss of the same first batch.
     assert first[True]["plain_loss"] < first[False]["plain_loss"] - 1e-4
+
+
+def test_foreach_adamw_moves_the_parameters_exactly_as_the_per_tensor_loop():
+    """`build_optimizer` asks for PyTorch's foreach AdamW, which is faster on CPU; the figures a run
+    records must not depend on it, so its parameters must equal the per-tensor loop's bit for bit."""
+    from lace.train.optim import build_optimizer
+
+    torch.manual_seed(0)
+    model = open_clip.create_model("lace-micro-rn-32")
+    twin = open_clip.create_model("lace-micro-rn-32")
+    twin.load_state_dict(model.state_dict())
+    fast = build_optimizer(model, 1e-3, 0.1, (0.9, 0.98), 1e-6)
+    slow = build_optimizer(twin, 1e-3, 0.1, (0.9, 0.98), 1e-6)
+    for group in slow.param_groups:
+        group["foreach"] = False
+    assert all(group["foreach"] for group in fast.param_groups)
+    pixels, tokens = torch.randn(4, 3, 32, 32), torch.randint(1, 100, (4, model.context_length))
+    for _ in range(3):
+        for net, optimizer in ((model, fast), (twin, slow)):
+            optimizer.zero_grad()
+            image, text, scale = net(pixels, tokens)
+            (scale * image @ text.T).logsumexp(1).mean().backward()
+            optimizer.step()
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert torch.equal(a, b), name

@@ -16,12 +16,14 @@ EVAL_SPLITS = ("val", "test", "test_comp")
 
 def evaluate_on_world(
     encoder: DualEncoder, name: str, world_dir: Path, vocabulary: str, editor=None, n_edits: int = 4,
-    seed: int = 0, k: int = 10,
+    seed: int = 0, k: int = 10, pixels: dict | None = None,
 ) -> dict[str, dict]:
     """Per split: retrieval, binding in both directions, Winoground-style scores, hubness,
     one-way neighbours, brittleness to rule edits and (with `editor`) to counterfactual
-    embeddings, and the N_k occurrence counts of both directions."""
-    cache = EmbeddingCache(encoder)  # each image and caption is embedded once for all splits
+    embeddings, and the N_k occurrence counts of both directions.
+
+    `pixels`: decoded images shared by every model of one architecture (`EmbeddingCache`)."""
+    cache = EmbeddingCache(encoder, pixels=pixels)  # each image and caption is embedded once for all splits
     results = {}
     for split in EVAL_SPLITS:
         config = EvalConfig(

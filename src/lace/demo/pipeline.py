@@ -9,6 +9,7 @@ retrieval; 5. fine-tune in every variant from the base with the same data order;
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,11 +114,13 @@ def demo_model_and_dictionary(config: DemoConfig, out: str | Path, log=print) ->
 def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`.
 
-    `decoded`: train pairs by caption style, filled as they are decoded; runs on the same world and
-    model (a sweep's settings) pass one dict so the images are decoded once.
+    `decoded`: train pairs by caption style (and the split's pixels, shared by both styles), filled as
+    they are decoded; runs on the same world and model (a sweep's settings) pass one dict so the images
+    are decoded once.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    started, load_at_start = time.perf_counter(), os.getloadavg()
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -128,7 +131,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     def train_pairs(world_dir: Path, style: str) -> TensorPairs:
         """The train split with captions of `style`, decoded once for all stages."""
         if style not in decoded:
-            decoded[style] = world_pairs(world_dir, "train", style, pixel_encoder)
+            decoded[style] = world_pairs(world_dir, "train", style, pixel_encoder, decoded)
         return decoded[style]
 
     foundation = run_foundation(config, out, runner, train_pairs)
@@ -151,8 +154,9 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
     # keys include the dictionary's.
     editor = build_editor(labelled, EditConfig())
+    eval_pixels: dict = {}  # every model is one architecture: each evaluation image is decoded once for all
     evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
-        encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))}
+        encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed, pixels=eval_pixels))}
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
@@ -168,7 +172,8 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
                                                         base_path, model_path, labelled, vocabulary, rendered))
             model = load_encoder(config.model, str(model_path))
             evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
-                evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed))
+                evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed,
+                pixels=eval_pixels))
             zeroshot[name] = runner.run(f"zeroshot {name}", stage_key(key, "zeroshot"),
                                         partial(zeroshot_figures, model, name, zeroshot_config))
             finetune_keys[name] = key
@@ -186,12 +191,19 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         "evaluations": evaluations,
         "calibration_targets": CLIP_SUGARCREPE,
         "wall_seconds": dict(runner.wall_times),
+        "cpu_seconds": dict(runner.cpu_times),
         "reused": dict(runner.reused),
+        # Wall time depends on what else runs on the machine: the load average (1, 5, 15 min) says how busy it was.
+        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                    "load_average_at_start": [round(x, 2) for x in load_at_start],
+                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+                    "wall_seconds_before_report": time.perf_counter() - started},
     }
     atomic_write_json(out / "results.json", summary)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     write_demo_report(summary, out)
     summary["wall_seconds"]["report"] = time.perf_counter() - start
+    summary["cpu_seconds"]["report"] = time.process_time() - cpu_start
     atomic_write_json(out / "results.json", summary)
     return summary
 

@@ -283,10 +283,17 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
                       + ", ".join(f"{alpha:g}" for alpha in wise_ft["alphas"]) + f" (test split; y: {wise_ft['binding_metric']})")
         report.table(wise_ft_table(wise_ft))
 
-    report.heading("Wall time per stage")
-    report.table(Table(["stage", "seconds", "reused from cache"],
-                       [[name, seconds, summary.get("reused", {}).get(name)] for name, seconds in summary["wall_seconds"].items()],
-                       digits=1))
+    report.heading("Time per stage")
+    cpu = summary.get("cpu_seconds", {})
+    report.table(Table(["stage", "wall seconds", "CPU seconds", "reused from cache"],
+                       [[name, seconds, cpu.get(name), summary.get("reused", {}).get(name)]
+                        for name, seconds in summary["wall_seconds"].items()], digits=1))
+    machine = summary.get("machine")
+    if machine:
+        report.bullets([(f"{machine['threads']} intra-op threads on {machine['cpus']} CPUs; load average "
+                         f"(1, 5, 15 min) {machine['load_average_at_start']} at the start, "
+                         f"{machine['load_average_at_end']} at the end; CPU seconds count all threads of "
+                         "this process, so on a busy machine they show the work and wall seconds the wait")])
     report.heading("Configuration and seeds")
     report.code(json.dumps({"demo": summary["config"], "world": summary["world"]}, indent=1))
     return report.write(out)

@@ -18,10 +18,19 @@ def world_split(world_dir, split: str, style: str) -> ImageTextDataset:
     return read_dataset(f"{world_dir}/karpathy_{style}.json", split=split)
 
 
-def world_pairs(world_dir, split: str, style: str, encoder: DualEncoder) -> TensorPairs:
-    """(N, 3, H, W) pixels in the encoder's input format with every caption of each image."""
+def world_pairs(world_dir, split: str, style: str, encoder: DualEncoder, cache: dict | None = None) -> TensorPairs:
+    """(N, 3, H, W) pixels in the encoder's input format with every caption of each image.
+
+    `cache`: the split's decoded pixels are kept there and reused by the other caption style
+    (both styles caption the same images in the same order), so each image is decoded once.
+    """
     dataset = world_split(world_dir, split, style)
-    pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+    paths = [str(record.image_path) for record in dataset.records]
+    cached_paths, pixels = (cache or {}).get(f"pixels {split}", (None, None))
+    if cached_paths != paths:
+        pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+        if cache is not None:
+            cache[f"pixels {split}"] = (paths, pixels)
     return TensorPairs(pixels, [record.captions for record in dataset.records])
 
 

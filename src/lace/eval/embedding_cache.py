@@ -48,14 +48,29 @@ def _key_text(key: ImageKey) -> str:
 
 
 class EmbeddingCache:
-    """Unit embeddings of images (by path and crop) and captions for one encoder."""
+    """Unit embeddings of images (by path and crop) and captions for one encoder.
 
-    def __init__(self, encoder: DualEncoder, batch_size: int = 64, progress: bool = False):
+    `pixels`: preprocessed (3, H, W) pixels by image key, read and filled here; pass one dict
+    to the caches of several encoders with the same `preprocess` (checkpoints of one
+    architecture) so that each image is decoded once for all of them.
+    """
+
+    def __init__(self, encoder: DualEncoder, batch_size: int = 64, progress: bool = False,
+                 pixels: dict[str, torch.Tensor] | None = None):
         self.encoder = encoder
         self.batch_size = batch_size
         self.progress = progress
+        self.pixels = pixels
         self._images: dict[str, torch.Tensor] = {}
         self._texts: dict[str, torch.Tensor] = {}
+
+    def _pixels(self, name: str) -> torch.Tensor:
+        """(3, H, W) preprocessed pixels of the image `name`, through the shared `pixels` when given."""
+        if self.pixels is None:
+            return self.encoder.preprocess(load_image(_parse_key(name)))
+        if name not in self.pixels:
+            self.pixels[name] = self.encoder.preprocess(load_image(_parse_key(name)))
+        return self.pixels[name]
 
     @torch.no_grad()
     def images(self, keys: Sequence[ImageKey]) -> torch.Tensor:
@@ -67,9 +82,7 @@ class EmbeddingCache:
             batches = range(0, len(todo), self.batch_size)
             for start in tqdm(batches, desc="embed images", unit="batch", disable=not self.progress):
                 batch = todo[start: start + self.batch_size]
-                pixels = torch.stack([
-                    self.encoder.preprocess(load_image(_parse_key(name))) for name in batch
-                ])
+                pixels = torch.stack([self._pixels(name) for name in batch])
                 embeddings = self.encoder.encode_images(pixels).float().cpu()
                 self._images.update(zip(batch, embeddings))
         if not names:

@@ -23,12 +23,17 @@ def stage_key(*parts: object) -> str:
 
 
 class StageRunner:
-    """Runs named stages once per key, recording results and wall times."""
+    """Runs named stages once per key, recording results, wall times and CPU times.
+
+    CPU time is this process's user + system time over the stage, all its threads together
+    (`time.process_time`): unlike wall time, other work on a shared machine barely moves it.
+    """
 
     def __init__(self, out: Path, log: Callable[[str], None] = print):
         self.out = Path(out)
         self.log = log
         self.wall_times: dict[str, float] = {}
+        self.cpu_times: dict[str, float | None] = {}
         self.reused: dict[str, bool] = {}
 
     def path(self, name: str) -> Path:
@@ -41,15 +46,17 @@ class StageRunner:
             cached = json.loads(path.read_text())
             if cached.get("key") == key:
                 self.wall_times[name] = cached["wall_seconds"]
+                self.cpu_times[name] = cached.get("cpu_seconds")
                 self.reused[name] = True
                 self.log(f"[{name}] reused ({cached['wall_seconds']:.1f}s when run)")
                 return cached["result"]
         self.log(f"[{name}] running")
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         result = work()
-        seconds = time.perf_counter() - start
-        atomic_write_json(path, {"key": key, "wall_seconds": seconds, "result": result})
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        atomic_write_json(path, {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
         self.wall_times[name] = seconds
+        self.cpu_times[name] = cpu_seconds
         self.reused[name] = False
-        self.log(f"[{name}] done in {seconds:.1f}s")
+        self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
         return result

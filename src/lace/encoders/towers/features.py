@@ -7,17 +7,17 @@ float32, each with a `.json` beside it describing what it holds. The key is a ha
 of the tower id, a fingerprint of the tower weights (so a fine-tuned tower never
 reads a stale cache) and the ordered image paths or captions.
 
-Speed (measured, see `benchmarks/towers_features.py`): JPEGs are decoded in
-DataLoader workers, Pillow's `draft` mode decodes large JPEGs at a reduced scale
-(never below the resize size), the image tower runs in channels_last layout under
-`torch.inference_mode`, and captions are encoded in batches sorted by length so
-that little padding is computed.
-
-Measured on a busy shared 2-core CPU (Flickr8k, 64 images, 512 captions): the batched
-path ran 8 images/s and 37 captions/s against 1.1 and 3.7 for per-item calls with
-default settings; the intra-op thread count mattered most there (one thread ran
-about twice as fast as two), then channels_last (+50%). Callers on such machines
-should `torch.set_num_threads(1)`; the library leaves the thread count alone.
+Speed (measured, see `benchmarks/towers_features.py` and docs/results.md): JPEGs are
+decoded in DataLoader workers, Pillow's `draft` mode decodes large JPEGs at a reduced
+scale (never below the resize size; `draft=False` decodes at full size, under its own
+cache key), captions are encoded in batches sorted by length so that little padding is
+computed, and each tower runs in ONNX Runtime (`runtime="onnxruntime"`,
+`lace.encoders.towers.onnx_runtime`) or in PyTorch (`runtime="torch"`: channels_last,
+`torch.inference_mode`); by default the image tower in ONNX Runtime where it is installed
+and the text tower in PyTorch (`onnx_runtime.default_runtime` says why). Both runtimes
+give the same features to float32 rounding (cosine >= 1 - 1e-4), so the cache key does
+not name the runtime, as it does not name the thread count. The runtimes use `torch.get_num_threads()` intra-op threads; the
+library leaves the thread count alone.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from lace.data.dataset import ImageTextDataset
-from lace.encoders.towers import image_tower, text_tower
+from lace.encoders.towers import image_tower, onnx_runtime, text_tower
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, open_npy
@@ -80,10 +80,41 @@ def _load_cached(path: Path, rows: int, dim: int) -> np.ndarray | None:
     return array
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """Decoded, preprocessed images of a dataset, for DataLoader workers."""
+FULL_DECODE_KEY = ":full-decode"
+"""Added to the image tower id in the cache key of features decoded without draft mode."""
 
-    def __init__(self, dataset: ImageTextDataset, transform, draft_size: int):
+
+def _runtime(runtime: str | None, tower: str) -> str:
+    """`runtime`, or `tower`'s default one when None."""
+    runtime = onnx_runtime.default_runtime(tower) if runtime is None else runtime
+    if runtime not in onnx_runtime.RUNTIMES:
+        raise LaceInputError(f"tower runtime: expected one of {onnx_runtime.RUNTIMES}, got {runtime!r}")
+    return runtime
+
+
+_sessions: dict[str, tuple[tuple[str, int], onnx_runtime.TowerSession]] = {}
+"""The last ONNX Runtime session of each tower kind, with the (weight fingerprint, threads) it was made for."""
+
+
+def _session(kind: str, tower: torch.nn.Module) -> onnx_runtime.TowerSession:
+    """The ONNX Runtime session of `tower`'s current weights, exported on first use."""
+    wanted = (tower_fingerprint(tower), torch.get_num_threads())
+    made, session = _sessions.get(kind, (None, None))
+    if made != wanted:
+        build = onnx_runtime.image_session if kind == "image" else onnx_runtime.text_session
+        session = build(tower, wanted[1])
+        _sessions[kind] = (wanted, session)
+    return session
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """Decoded, preprocessed images of a dataset, for DataLoader workers.
+
+    `draft_size`: decode JPEGs at the smallest 1/2^k scale still >= this size on both
+    sides (Pillow's draft mode); None decodes at full size.
+    """
+
+    def __init__(self, dataset: ImageTextDataset, transform, draft_size: int | None):
         self.dataset = dataset
         self.transform = transform
         self.draft_size = draft_size
@@ -97,8 +128,8 @@ class _ImageFiles(torch.utils.data.Dataset):
             return self.transform(self.dataset.load_image(index))
         try:
             with Image.open(record.image_path) as image:
-                # JPEG only: decode at the smallest 1/2^k scale still >= draft_size on both sides.
-                image.draft("RGB", (self.draft_size, self.draft_size))
+                if self.draft_size is not None:  # JPEG only; other formats ignore it
+                    image.draft("RGB", (self.draft_size, self.draft_size))
                 return self.transform(image.convert("RGB"))
         except FileNotFoundError as error:
             raise LaceInputError(f"{record.image_path}: image file not found (image_id {record.image_id!r})") from error
@@ -112,33 +143,50 @@ def compute_image_tower_features(
     batch_size: int = 64,
     num_workers: int = 1,
     progress: bool = False,
+    runtime: str | None = None,
+    draft: bool = True,
 ) -> np.ndarray:
-    """(N_img, 1280) float32 image tower features of every record, in record order."""
+    """(N_img, 1280) float32 image tower features of every record, in record order.
+
+    `runtime`: "onnxruntime" or "torch" (same features; None: the default); `draft`: decode large JPEGs at a
+    reduced scale (features differ slightly from a full decode; see the module docstring).
+    """
+    runtime = _runtime(runtime, "image")
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE),
+        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE if draft else None),
         batch_size=batch_size, num_workers=num_workers, shuffle=False,
     )
+    session = _session("image", encoder.image_tower) if runtime == "onnxruntime" and len(dataset) else None
     output = np.empty((len(dataset), image_tower.FEATURE_DIM), dtype=np.float32)
     start = 0
     with torch.inference_mode():
         for pixels in tqdm(loader, desc="image tower", unit="batch", disable=not progress):
-            features = encoder.image_tower_features(pixels)  # (B, 1280)
-            output[start:start + len(features)] = features.float().cpu().numpy()
+            if session is not None:
+                features = session(pixels.numpy())  # (B, 1280)
+            else:
+                features = encoder.image_tower_features(pixels).float().cpu().numpy()
+            output[start:start + len(features)] = features
             start += len(features)
     return output
 
 
 def compute_text_tower_features(
-    encoder: TowersDualEncoder, captions: list[str], batch_size: int = 256, progress: bool = False
+    encoder: TowersDualEncoder, captions: list[str], batch_size: int = 256, progress: bool = False,
+    runtime: str | None = None,
 ) -> np.ndarray:
-    """(N_txt, 384) float32 text tower features of `captions`, in their order."""
+    """(N_txt, 384) float32 text tower features of `captions`, in their order (`runtime` as for images)."""
+    runtime = _runtime(runtime, "text")
+    session = _session("text", encoder.text_tower) if runtime == "onnxruntime" and captions else None
     output = np.empty((len(captions), text_tower.FEATURE_DIM), dtype=np.float32)
     by_length = sorted(range(len(captions)), key=lambda i: len(captions[i]))  # little padding per batch
     with torch.inference_mode():
         for start in tqdm(range(0, len(captions), batch_size), desc="text tower", unit="batch", disable=not progress):
             rows = by_length[start:start + batch_size]
             tokens = encoder.tokenize([captions[i] for i in rows])
-            output[rows] = encoder.text_tower_features(tokens).float().cpu().numpy()
+            if session is not None:
+                output[rows] = session(*onnx_runtime.text_inputs(tokens, encoder.text_tower.pad_token_id))
+            else:
+                output[rows] = encoder.text_tower_features(tokens).float().cpu().numpy()
     return output
 
 
@@ -149,20 +197,23 @@ def cached_image_tower_features(
     batch_size: int = 64,
     num_workers: int = 1,
     progress: bool = False,
+    runtime: str | None = None,
+    draft: bool = True,
 ) -> np.ndarray:
     """Image tower features of `dataset`, read from `cache_dir` when present, else computed and cached.
 
     Returns a read-only (N_img, 1280) float32 memory map.
     """
     items = [f"{record.image_path}::{record.tar_member or ''}" for record in dataset.records]
-    key = cache_key(encoder.image_tower.tower_id, tower_fingerprint(encoder.image_tower), items)
+    tower_id = encoder.image_tower.tower_id + ("" if draft else FULL_DECODE_KEY)
+    key = cache_key(tower_id, tower_fingerprint(encoder.image_tower), items)
     path = Path(cache_dir) / f"image-tower-{key}.npy"
     cached = _load_cached(path, len(items), image_tower.FEATURE_DIM)
     if cached is not None:
         return cached
-    features = compute_image_tower_features(encoder, dataset, batch_size, num_workers, progress)
+    features = compute_image_tower_features(encoder, dataset, batch_size, num_workers, progress, runtime, draft)
     _save_array(path, features, {
-        "tower": encoder.image_tower.tower_id, "rows": len(items), "dim": image_tower.FEATURE_DIM,
+        "tower": tower_id, "rows": len(items), "dim": image_tower.FEATURE_DIM,
         "source": dataset.source, "first_item": items[0] if items else None,
     })
     return np.load(path, mmap_mode="r")
@@ -174,6 +225,7 @@ def cached_text_tower_features(
     cache_dir: str | Path,
     batch_size: int = 256,
     progress: bool = False,
+    runtime: str | None = None,
 ) -> np.ndarray:
     """Text tower features of `captions`, read from `cache_dir` when present, else computed and cached.
 
@@ -186,7 +238,7 @@ def cached_text_tower_features(
     cached = _load_cached(path, len(captions), text_tower.FEATURE_DIM)
     if cached is not None:
         return cached
-    features = compute_text_tower_features(encoder, captions, batch_size, progress)
+    features = compute_text_tower_features(encoder, captions, batch_size, progress, runtime)
     _save_array(path, features, {"tower": tower_id, "rows": len(captions), "dim": text_tower.FEATURE_DIM,
                                  "first_item": captions[0] if captions else None})
     return np.load(path, mmap_mode="r")
@@ -199,10 +251,13 @@ def cached_tower_features(
     batch_size: int = 64,
     num_workers: int = 1,
     progress: bool = False,
+    runtime: str | None = None,
 ) -> TowerFeatures:
     """Image and caption tower features of `dataset`, through the on-disk cache."""
     return TowerFeatures(
-        image_features=cached_image_tower_features(encoder, dataset, cache_dir, batch_size, num_workers, progress),
-        text_features=cached_text_tower_features(encoder, dataset.captions, cache_dir, progress=progress),
+        image_features=cached_image_tower_features(encoder, dataset, cache_dir, batch_size, num_workers, progress,
+                                                   runtime),
+        text_features=cached_text_tower_features(encoder, dataset.captions, cache_dir, progress=progress,
+                                                 runtime=runtime),
         caption_image_index=np.asarray(dataset.caption_image_index, dtype=np.int64),
     )
