@@ -5,6 +5,10 @@ arithmetic on top-k lists, so the similarity matrix is computed once, a block of
 rows at a time, and never held whole. `cross_neighbours` gets both directions from that
 one pass: each block's rows give the queries' top-k, and its columns update a running
 top-k per gallery item.
+
+Past a million items brute force costs hours on a CPU; `KnnOptions(backend="faiss")`
+hands the same searches to a FAISS index (`lace.eval.faiss_search`): exact (flat) or
+approximate (IVF or HNSW). Exact chunked search stays the default.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from lace.errors import input_error
 
 DEFAULT_CHUNK = 1024
 ROW_GROUP = 16  # rows per max-reduction when screening a block for top-k entrants
@@ -30,6 +36,51 @@ class Neighbours:
     @property
     def k(self) -> int:
         return int(self.indices.shape[1])
+
+
+KNN_BACKENDS = ("exact", "faiss")
+FAISS_INDEXES = ("flat", "ivf", "hnsw")
+
+
+@dataclass(frozen=True)
+class KnnOptions:
+    """How top-k lists are searched: exact chunked brute force, or a FAISS index."""
+
+    backend: str = "exact"
+    """exact (chunked brute force, the default) or faiss."""
+    index: str = "flat"
+    """FAISS index: flat (exact inner product), ivf (IVF-Flat, approximate) or hnsw (approximate)."""
+    nlist: int = 0
+    """IVF: inverted lists (k-means cells); 0 takes 4 sqrt(G), at most G / 39."""
+    nprobe: int = 32
+    """IVF: cells searched per query (more: slower, higher recall)."""
+    hnsw_m: int = 32
+    """HNSW: links per node."""
+    ef_construction: int = 80
+    """HNSW: candidate list while building."""
+    ef_search: int = 128
+    """HNSW: candidate list while searching (more: slower, higher recall)."""
+    seed: int = 0
+    """Seed of the IVF training sample and k-means."""
+
+    def __post_init__(self):
+        if self.backend not in KNN_BACKENDS:
+            raise input_error("knn options", "knn", f"one of {list(KNN_BACKENDS)}", self.backend)
+        if self.index not in FAISS_INDEXES:
+            raise input_error("knn options", "knn_index", f"one of {list(FAISS_INDEXES)}", self.index)
+        for name in ("nprobe", "hnsw_m", "ef_construction", "ef_search"):
+            if getattr(self, name) < 1:
+                raise input_error("knn options", f"knn_{name}", "an integer >= 1", getattr(self, name))
+        if self.nlist < 0:
+            raise input_error("knn options", "knn_nlist", "an integer >= 0 (0: 4 sqrt(G))", self.nlist)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the lists are exact (brute force or a flat FAISS index)."""
+        return self.backend == "exact" or self.index == "flat"
+
+
+EXACT = KnnOptions()
 
 
 def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -136,6 +187,7 @@ def cross_neighbours(
     reverse_k: int | None = None,
     chunk: int = DEFAULT_CHUNK,
     device: str | torch.device | None = None,
+    knn: KnnOptions = EXACT,
 ) -> tuple[Neighbours, Neighbours]:
     """Exact top-k of queries among gallery AND of gallery among queries, in one pass.
 
@@ -146,6 +198,7 @@ def cross_neighbours(
         reverse_k: neighbours per gallery item among the queries (default k), capped at Q.
         chunk: query rows per block; peak extra memory is about chunk * G * 4 bytes.
         device: where to compute (default: the queries' device).
+        knn: search backend; with FAISS the two directions are two index searches.
 
     Returns:
         (forward, backward): forward.indices (Q, k) rows of `gallery`; backward.indices
@@ -154,6 +207,11 @@ def cross_neighbours(
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     reverse_k = k if reverse_k is None else reverse_k
     _check(queries, gallery, min(k, reverse_k))
+    if knn.backend == "faiss":
+        from lace.eval.faiss_search import faiss_neighbours
+
+        return (faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn),
+                faiss_neighbours(gallery, queries, min(reverse_k, queries.shape[0]), knn))
     device = torch.device(device) if device is not None else queries.device
     gallery = gallery.to(device)
     k, reverse_k = min(k, gallery.shape[0]), min(reverse_k, queries.shape[0])
@@ -176,10 +234,18 @@ def topk_neighbours(
     k: int,
     chunk: int = DEFAULT_CHUNK,
     device: str | torch.device | None = None,
+    knn: KnnOptions = EXACT,
 ) -> Neighbours:
-    """Exact top-k gallery rows of each query by inner product: indices and scores (Q, k)."""
+    """Top-k gallery rows of each query by inner product: indices and scores (Q, k).
+
+    Exact by default; `knn` may hand the search to a FAISS index.
+    """
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     _check(queries, gallery, k)
+    if knn.backend == "faiss":
+        from lace.eval.faiss_search import faiss_neighbours
+
+        return faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn)
     device = torch.device(device) if device is not None else queries.device
     gallery = gallery.to(device)
     k = min(k, gallery.shape[0])
