@@ -41,10 +41,8 @@ WALL: list[float] = []  # wall time of every `timed` call, in order
 STAGES = {  # profiler label -> row of the stage table
     "omp/product": "product X D^T",
     "omp/argmax": "arg-max scans over (B, K)",
-    "omp/cholesky": "Cholesky rows, small per-step work",
-    "omp/gram_update": "Gram rows -> direction correlations",
-    "omp/correlation_update": "residual-correlation updates",
-    "omp/solve": "triangular solve (B, s, s)",
+    "omp/cholesky": "Cholesky update, coefficients (B, s, s)",
+    "omp/correlation_update": "Gram update of correlations (B, K)",
     "omp/refit": "non-negative refit",
 }
 
