@@ -72,3 +72,4 @@ def test_bad_knn_options_and_a_missing_faiss_are_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now fails
     with pytest.raises(LaceInputError, match="faiss-cpu"):
         topk_neighbours(_unit(5, 8, 6), _unit(9, 8, 7), 3, knn=KnnOptions(backend="faiss"))
+

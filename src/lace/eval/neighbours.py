@@ -21,6 +21,7 @@ import torch
 from lace.errors import input_error
 
 DEFAULT_CHUNK = 1024
+GALLERY_BLOCK = 65536  # gallery rows per block of `topk_neighbours`: a (1024, 65536) block is 256 MB
 ROW_GROUP = 16  # rows per max-reduction when screening a block for top-k entrants
 
 
@@ -235,10 +236,12 @@ def topk_neighbours(
     chunk: int = DEFAULT_CHUNK,
     device: str | torch.device | None = None,
     knn: KnnOptions = EXACT,
+    gallery_block: int = GALLERY_BLOCK,
 ) -> Neighbours:
     """Top-k gallery rows of each query by inner product: indices and scores (Q, k).
 
-    Exact by default; `knn` may hand the search to a FAISS index.
+    Exact by default; `knn` may hand the search to a FAISS index. Peak extra memory is
+    about chunk * min(G, gallery_block) * 4 bytes.
     """
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     _check(queries, gallery, k)
@@ -251,8 +254,19 @@ def topk_neighbours(
     k = min(k, gallery.shape[0])
     values, indices = [], []
     for start in range(0, queries.shape[0], chunk):
-        block = queries[start: start + chunk].to(device) @ gallery.T  # (c, G)
-        top_values, top_indices = block.topk(k, dim=1)
-        values.append(top_values)
-        indices.append(top_indices)
+        rows = queries[start: start + chunk].to(device)
+        best_values, best_indices = None, None
+        # past GALLERY_BLOCK items, the gallery is searched a block at a time and the top-k merged,
+        # so memory stays at chunk x GALLERY_BLOCK scores instead of growing with G
+        for offset in range(0, gallery.shape[0], gallery_block):
+            block = rows @ gallery[offset: offset + gallery_block].T  # (c, b)
+            top_values, top_indices = block.topk(min(k, block.shape[1]), dim=1)
+            if best_values is not None:
+                top_values = torch.cat([best_values, top_values], dim=1)
+                top_indices = torch.cat([best_indices, top_indices + offset], dim=1)
+                top_values, order = top_values.topk(k, dim=1)
+                top_indices = top_indices.gather(1, order)
+            best_values, best_indices = top_values, top_indices
+        values.append(best_values)
+        indices.append(best_indices)
     return Neighbours(torch.cat(indices), torch.cat(values))
