@@ -7,7 +7,8 @@ Three index types, all by inner product (cosine similarity for unit vectors):
   64 points per cell, 10 k-means iterations); each query scans its `nprobe` nearest cells. Approximate.
 - **hnsw** (`IndexHNSWFlat`): a navigable small-world graph (`hnsw_m` links per node,
   `ef_construction` and `ef_search` candidate lists). Approximate, no training.
-With a FAISS build that sees GPUs (faiss-gpu), flat and IVF indexes move to all of them.
+With a FAISS build that sees GPUs (faiss-gpu), flat and IVF indexes move to all of them
+(a path not exercised on the reference machine, which has no GPU).
 A query for which an approximate index finds fewer than k items is searched exactly.
 """
 
@@ -64,6 +65,7 @@ def build_index(gallery: torch.Tensor, options: KnnOptions):
         index.cp.max_points_per_centroid = TRAINING_POINTS_PER_LIST
         index.cp.niter = KMEANS_ITERATIONS
         index.train(vectors[np.sort(rows)])
+        index.nprobe = options.nprobe  # set before a GPU copy, which takes it along
     if options.index != "hnsw" and getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(vectors)
@@ -72,10 +74,7 @@ def build_index(gallery: torch.Tensor, options: KnnOptions):
 
 def search_index(index, queries: torch.Tensor, k: int, options: KnnOptions) -> tuple[np.ndarray, np.ndarray]:
     """(Q, k) scores and (Q, k) int64 rows of the index's top-k for (Q, d) queries."""
-    faiss = import_faiss()
-    if options.index == "ivf":
-        faiss.extract_index_ivf(index).nprobe = options.nprobe
-    elif options.index == "hnsw":
+    if options.index == "hnsw":
         index.hnsw.efSearch = max(options.ef_search, k)
     vectors = np.ascontiguousarray(queries.detach().cpu().numpy(), dtype=np.float32)
     return index.search(vectors, k)

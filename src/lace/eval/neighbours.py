@@ -75,11 +75,6 @@ class KnnOptions:
         if self.nlist < 0:
             raise input_error("knn options", "knn_nlist", "an integer >= 0 (0: 4 sqrt(G))", self.nlist)
 
-    @property
-    def exact(self) -> bool:
-        """Whether the lists are exact (brute force or a flat FAISS index)."""
-        return self.backend == "exact" or self.index == "flat"
-
 
 EXACT = KnnOptions()
 
@@ -208,7 +203,7 @@ def cross_neighbours(
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     reverse_k = k if reverse_k is None else reverse_k
     _check(queries, gallery, min(k, reverse_k))
-    if knn.backend == "faiss":
+    if knn.backend == "faiss":  # imported here: faiss_search imports this module
         from lace.eval.faiss_search import faiss_neighbours
 
         return (faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn),
@@ -245,7 +240,7 @@ def topk_neighbours(
     """
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     _check(queries, gallery, k)
-    if knn.backend == "faiss":
+    if knn.backend == "faiss":  # imported here: faiss_search imports this module
         from lace.eval.faiss_search import faiss_neighbours
 
         return faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn)
