@@ -156,13 +156,13 @@ def _batch_omp(
                 diag_sq = gram_diag[chosen]
             else:
                 cross = gram[indices[:, :step], chosen.unsqueeze(1)]  # (n, step) = G[I, k]
-                w = (chol_inv[:, :step, :step] * cross.unsqueeze(1)).sum(2)  # L w = g
+                w = torch.bmm(chol_inv[:, :step, :step], cross.unsqueeze(-1)).squeeze(-1)  # L w = g
                 diag_sq = gram_diag[chosen] - (w * w).sum(1)
             # an atom (nearly) in the span of the support adds nothing: stop that sample
             stopped |= diag_sq <= 1e-7 * gram_diag[chosen]
             inv_diag = torch.where(stopped, torch.ones_like(diag_sq), diag_sq.clamp_min(tiny).rsqrt())
             if step:  # new last row of L^{-1}: [-(w^T L^{-1}) / l_tt, 1 / l_tt]
-                row = -(w.unsqueeze(2) * chol_inv[:, :step, :step]).sum(1)
+                row = -torch.bmm(w.unsqueeze(1), chol_inv[:, :step, :step]).squeeze(1)
                 chol_inv[:, step, :step] = row * (inv_diag * ~stopped).unsqueeze(1)
             chol_inv[:, step, step] = inv_diag
             indices[:, step] = chosen
@@ -170,9 +170,8 @@ def _batch_omp(
             support_correlations[:, step] = torch.einsum("nd,nd->n", x, atoms[chosen])  # x . d_k
             support = step + 1
             factor = chol_inv[:, :support, :support]
-            rhs = support_correlations[:, :support] * live[:, :support]
-            # L^-T L^-1 rhs as broadcast sums: a CPU bmm of (s, s) matrices loops over the batch
-            coefficients = ((factor * rhs.unsqueeze(1)).sum(2).unsqueeze(2) * factor).sum(1)
+            rhs = (support_correlations[:, :support] * live[:, :support]).unsqueeze(-1)
+            coefficients = torch.bmm(factor.transpose(1, 2), torch.bmm(factor, rhs)).squeeze(-1)  # L^-T L^-1 rhs
         if step + 1 == sparsity:
             break
         with record_function("omp/correlation_update"):
