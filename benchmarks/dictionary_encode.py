@@ -34,7 +34,13 @@ from sklearn.decomposition import sparse_encode
 from threadpoolctl import threadpool_limits
 from torch.profiler import ProfilerActivity, profile
 
-from lace.dictionary.sparse_coding import SparseCodes, decode, encode
+from lace.dictionary.sparse_coding import (
+    CPU_BLOCK_ROWS,
+    DEVICE_BLOCK_ROWS,
+    SparseCodes,
+    decode,
+    encode,
+)
 
 WALL: list[float] = []  # wall time of every `timed` call, in order
 
@@ -114,7 +120,7 @@ def main() -> int:
 
     x, atoms = synthetic(args.n, args.atoms, args.dim, args.sparsity)
     x, atoms = x.to(device), atoms.to(device)
-    block_rows = args.chunk_size or (4096 if device.type == "cpu" else args.n)
+    block_rows = args.chunk_size or (CPU_BLOCK_ROWS if device.type == "cpu" else DEVICE_BLOCK_ROWS)
 
     def floor(rows: int):
         def product() -> None:
