@@ -35,6 +35,30 @@ def test_omp_matches_scikit_learn_when_signs_are_free():
     torch.testing.assert_close(codes, torch.from_numpy(reference), atol=1e-9, rtol=1e-7)
 
 
+def test_omp_matches_scikit_learn_through_the_lane_scan_and_any_block_size():
+    # K a multiple of the scan's lane width takes the vectorised arg-max; blocks of 7 and 1000 agree
+    generator = torch.Generator().manual_seed(1)
+    atoms = _unit_rows(torch.randn(256, 48, generator=generator, dtype=torch.float64))
+    x = torch.randn(90, 48, generator=generator, dtype=torch.float64)
+    reference = orthogonal_mp_gram((atoms @ atoms.T).numpy(), (atoms @ x.T).numpy(), n_nonzero_coefs=8).T
+    for block in (7, 1000):
+        codes = encode(x, atoms, 8, nonnegative=False, dense=True, chunk_size=block)
+        torch.testing.assert_close(codes, torch.from_numpy(reference), atol=1e-9, rtol=1e-7)
+
+
+def test_omp_with_duplicated_atoms_stops_when_the_residual_vanishes():
+    # every atom twice: a row equal to an atom is coded by one copy and stops; another matches scikit-learn
+    generator = torch.Generator().manual_seed(2)
+    half = _unit_rows(torch.randn(128, 16, generator=generator, dtype=torch.float64))
+    atoms = torch.cat([half, half])
+    x = 0.8 * half[3] + 0.05 * _unit_rows(torch.randn(1, 16, generator=generator, dtype=torch.float64))[0]
+    codes = encode(torch.stack([half[3], x]), atoms, 4, nonnegative=False, dense=True)
+    assert torch.isfinite(codes).all()
+    assert (codes[0] != 0).sum() == 1 and torch.isclose(codes[0].sum(), torch.tensor(1.0, dtype=codes.dtype))
+    reference = orthogonal_mp_gram((atoms @ atoms.T).numpy(), (atoms @ x).numpy()[:, None], n_nonzero_coefs=4).T
+    assert np.allclose(decode(codes[1:], atoms).numpy(), reference @ atoms.numpy(), atol=1e-8)
+
+
 def test_nonnegative_omp_codes_are_sparse_nonnegative_and_least_squares_on_support():
     x, atoms = _sparse_data(200)
     codes = encode(x, atoms, 5, dense=True)

@@ -90,3 +90,29 @@ def test_lace_eval_rerank_adds_each_fix_beside_the_plain_figures(tiny_world, tmp
     assert run_eval(tiny_world, tmp_path / "bad.json", "--rerank", "csls", "--bank", str(tmp_path / "none.json")) == 2
     assert "none.json" in capsys.readouterr().err
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_lace_eval_knn_faiss_searches_through_faiss_with_the_exact_figures(tiny_world, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("faiss")
+    from lace.eval import faiss_search
+
+    searched = []
+    original = faiss_search.faiss_neighbours
+
+    def spy(queries, gallery, k, options):
+        searched.append((options.backend, options.index, options.nprobe))
+        return original(queries, gallery, k, options)
+
+    monkeypatch.setattr(faiss_search, "faiss_neighbours", spy)
+    assert run_eval(tiny_world, tmp_path / "exact.json", "--rerank", "csls", "--no-baseline") == 0
+    assert searched == []  # exact search stays the default
+    assert run_eval(tiny_world, tmp_path / "faiss.json", "--rerank", "csls", "--no-baseline",
+                    "--knn", "faiss", "--knn-nprobe", "3") == 0
+    assert searched and set(searched) == {("faiss", "flat", 3)}
+    exact = json.loads((tmp_path / "exact.json").read_text())["diagnostics"]
+    through_faiss = json.loads((tmp_path / "faiss.json").read_text())["diagnostics"]
+    for key in ("i2t/R@1", "hubness/i2t/skewness", "mutual_knn/image", "rerank/csls/t2i/R@5"):
+        assert through_faiss[key] == pytest.approx(exact[key], abs=1e-6), key
+    assert run_eval(tiny_world, tmp_path / "bad.json", "--knn", "faiss", "--knn-index", "lsh") == 2
+    assert "knn_index" in capsys.readouterr().err
+    assert not (tmp_path / "bad.json").exists()

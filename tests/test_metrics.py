@@ -128,3 +128,14 @@ def test_grouped_screening_matches_a_full_sort_on_larger_blocks():
     _, backward = cross_neighbours(queries, gallery, k=3, reverse_k=10, chunk=64)  # 64-row blocks, groups of 16
     torch.testing.assert_close(backward.indices, scores.T.topk(10, dim=1).indices, rtol=0, atol=0)
     torch.testing.assert_close(backward.scores, scores.T.topk(10, dim=1).values)
+
+
+def test_exact_search_over_gallery_blocks_equals_one_pass():
+    generator = torch.Generator().manual_seed(8)
+    queries = F.normalize(torch.randn(30, 12, generator=generator), dim=1)
+    gallery = F.normalize(torch.randn(500, 12, generator=generator), dim=1)
+    whole = topk_neighbours(queries, gallery, 10)
+    for block in (7, 64, 499):
+        blocked = topk_neighbours(queries, gallery, 10, chunk=8, gallery_block=block)
+        assert torch.equal(blocked.indices, whole.indices), block
+        torch.testing.assert_close(blocked.scores, whole.scores)

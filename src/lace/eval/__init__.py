@@ -10,11 +10,11 @@ from lace.eval.metrics import (
     retrieval_recall,
     winoground_scores,
 )
-from lace.eval.neighbours import Neighbours, cross_neighbours, topk_neighbours
+from lace.eval.neighbours import KnnOptions, Neighbours, cross_neighbours, topk_neighbours
 from lace.eval.reciprocity import mutual_knn_overlap, one_way_rates
 
 __all__ = [
-    "GeometryOptions", "Neighbours", "cross_neighbours", "geometry_diagnostics", "hubness_figures",
+    "GeometryOptions", "KnnOptions", "Neighbours", "cross_neighbours", "geometry_diagnostics", "hubness_figures",
     "k_occurrence", "mutual_knn_overlap", "one_way_rates", "pairwise_accuracy", "recall_at_k",
     "recall_from_neighbours", "retrieval_recall", "topk_neighbours", "winoground_scores",
 ]

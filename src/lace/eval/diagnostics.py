@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from lace.errors import input_error
 from lace.eval.hubness import hubness_figures
 from lace.eval.metrics import recall_from_neighbours
-from lace.eval.neighbours import DEFAULT_CHUNK, Neighbours, cross_neighbours
+from lace.eval.neighbours import DEFAULT_CHUNK, EXACT, KnnOptions, Neighbours, cross_neighbours
 from lace.eval.reciprocity import mutual_knn_overlap, one_way_rates
 from lace.eval.rerank import QueryBank, RerankOptions, reranked_neighbours
 
@@ -39,6 +39,8 @@ class GeometryOptions:
     """Seed of the random baseline."""
     chunk: int = DEFAULT_CHUNK
     """Image rows per block of the similarity pass."""
+    knn: KnnOptions = EXACT
+    """How the top-k lists are searched (exact by default; FAISS for 1M+ items)."""
 
 
 def _depth(options: GeometryOptions, recall: bool) -> int:
@@ -48,7 +50,7 @@ def _depth(options: GeometryOptions, recall: bool) -> int:
 def _space_figures(
     images: torch.Tensor, texts: torch.Tensor, owner: np.ndarray, options: GeometryOptions, recall: bool
 ) -> dict[str, float]:
-    forward, backward = cross_neighbours(images, texts, _depth(options, recall), chunk=options.chunk)
+    forward, backward = cross_neighbours(images, texts, _depth(options, recall), chunk=options.chunk, knn=options.knn)
     return neighbour_figures(forward, backward, owner, images.shape[0], texts.shape[0], options, recall)
 
 
@@ -145,7 +147,8 @@ def reranked_geometry(
     figures: dict[str, float] = {}
     for method in methods:
         forward, backward = reranked_neighbours(method, images, texts, _depth(options, True), bank=bank,
-                                                options=rerank_options or RerankOptions(), chunk=options.chunk)
+                                                options=rerank_options or RerankOptions(), chunk=options.chunk,
+                                                knn=options.knn)
         for name, value in neighbour_figures(forward, backward, owner, images.shape[0], texts.shape[0],
                                              options).items():
             figures[f"rerank/{method}/{name}"] = value

@@ -20,7 +20,7 @@ from lace.errors import input_error
 from lace.eval.brittleness import counterfactual_brittleness, rule_edit_brittleness
 from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
 from lace.eval.hubness import k_occurrence
-from lace.eval.neighbours import cross_neighbours
+from lace.eval.neighbours import EXACT, KnnOptions, cross_neighbours
 
 
 @dataclass
@@ -51,6 +51,8 @@ class MeasureConfig:
     """Counterfactual edits per caption (counterfactual brittleness)."""
     rule_captions: int = 5000
     """Captions drawn for rule-made brittleness."""
+    knn: KnnOptions = EXACT
+    """How geometry and N_k search their top-k lists (exact by default; FAISS for 1M+ items)."""
 
 
 Measurement = Callable[[MeasuredSplit, MeasureConfig, dict], dict]
@@ -85,7 +87,7 @@ def _needs(inputs: dict, name: str, measurement: str):
 @register("geometry")
 def _geometry(split: MeasuredSplit, config: MeasureConfig, inputs: dict) -> dict:
     """Retrieval recall, hubness, one-way neighbours, mutual k-NN (`geometry_diagnostics`)."""
-    options = GeometryOptions(k=config.k, baseline=config.baseline, seed=config.seed)
+    options = GeometryOptions(k=config.k, baseline=config.baseline, seed=config.seed, knn=config.knn)
     return dict(geometry_diagnostics(split.images, split.texts, split.caption_image_index, options))
 
 
@@ -111,6 +113,6 @@ def _counterfactual_brittleness(split: MeasuredSplit, config: MeasureConfig, inp
 @register("n_k")
 def _n_k(split: MeasuredSplit, config: MeasureConfig, inputs: dict) -> dict:
     """`nk/i2t`: N_k of each caption among the images' top-k; `nk/t2i`: of each image among the captions'."""
-    forward, backward = cross_neighbours(split.images, split.texts, config.k)
+    forward, backward = cross_neighbours(split.images, split.texts, config.k, knn=config.knn)
     return {"nk/i2t": k_occurrence(forward.indices, split.texts.shape[0], config.k).tolist(),
             "nk/t2i": k_occurrence(backward.indices, split.images.shape[0], config.k).tolist()}

@@ -5,6 +5,10 @@ arithmetic on top-k lists, so the similarity matrix is computed once, a block of
 rows at a time, and never held whole. `cross_neighbours` gets both directions from that
 one pass: each block's rows give the queries' top-k, and its columns update a running
 top-k per gallery item.
+
+Past a million items brute force costs hours on a CPU; `KnnOptions(backend="faiss")`
+hands the same searches to a FAISS index (`lace.eval.faiss_search`): exact (flat) or
+approximate (IVF or HNSW). Exact chunked search stays the default.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 from lace.errors import input_error
 
 DEFAULT_CHUNK = 1024
+GALLERY_BLOCK = 65536  # gallery rows per block of `topk_neighbours`: a (1024, 65536) block is 256 MB
 ROW_GROUP = 16  # rows per max-reduction when screening a block for top-k entrants
 FINITE_CHECK_ROWS = 65536
 
@@ -33,6 +38,46 @@ class Neighbours:
     @property
     def k(self) -> int:
         return int(self.indices.shape[1])
+
+
+KNN_BACKENDS = ("exact", "faiss")
+FAISS_INDEXES = ("flat", "ivf", "hnsw")
+
+
+@dataclass(frozen=True)
+class KnnOptions:
+    """How top-k lists are searched: exact chunked brute force, or a FAISS index."""
+
+    backend: str = "exact"
+    """exact (chunked brute force, the default) or faiss."""
+    index: str = "flat"
+    """FAISS index: flat (exact inner product), ivf (IVF-Flat, approximate) or hnsw (approximate)."""
+    nlist: int = 0
+    """IVF: inverted lists (k-means cells); 0 takes 4 sqrt(G), at most G / 39."""
+    nprobe: int = 32
+    """IVF: cells searched per query (more: slower, higher recall)."""
+    hnsw_m: int = 32
+    """HNSW: links per node."""
+    ef_construction: int = 80
+    """HNSW: candidate list while building."""
+    ef_search: int = 128
+    """HNSW: candidate list while searching (more: slower, higher recall)."""
+    seed: int = 0
+    """Seed of the IVF training sample and k-means."""
+
+    def __post_init__(self):
+        if self.backend not in KNN_BACKENDS:
+            raise input_error("knn options", "knn", f"one of {list(KNN_BACKENDS)}", self.backend)
+        if self.index not in FAISS_INDEXES:
+            raise input_error("knn options", "knn_index", f"one of {list(FAISS_INDEXES)}", self.index)
+        for name in ("nprobe", "hnsw_m", "ef_construction", "ef_search"):
+            if getattr(self, name) < 1:
+                raise input_error("knn options", f"knn_{name}", "an integer >= 1", getattr(self, name))
+        if self.nlist < 0:
+            raise input_error("knn options", "knn_nlist", "an integer >= 0 (0: 4 sqrt(G))", self.nlist)
+
+
+EXACT = KnnOptions()
 
 
 def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -148,6 +193,7 @@ def cross_neighbours(
     reverse_k: int | None = None,
     chunk: int = DEFAULT_CHUNK,
     device: str | torch.device | None = None,
+    knn: KnnOptions = EXACT,
 ) -> tuple[Neighbours, Neighbours]:
     """Exact top-k of queries among gallery AND of gallery among queries, in one pass.
 
@@ -158,6 +204,7 @@ def cross_neighbours(
         reverse_k: neighbours per gallery item among the queries (default k), capped at Q.
         chunk: query rows per block; peak extra memory is about chunk * G * 4 bytes.
         device: where to compute (default: the queries' device).
+        knn: search backend; with FAISS the two directions are two index searches.
 
     Returns:
         (forward, backward): forward.indices (Q, k) rows of `gallery`; backward.indices
@@ -166,6 +213,11 @@ def cross_neighbours(
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     reverse_k = k if reverse_k is None else reverse_k
     _check(queries, gallery, min(k, reverse_k))
+    if knn.backend == "faiss":  # imported here: faiss_search imports this module
+        from lace.eval.faiss_search import faiss_neighbours
+
+        return (faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn),
+                faiss_neighbours(gallery, queries, min(reverse_k, queries.shape[0]), knn))
     device = torch.device(device) if device is not None else queries.device
     gallery = gallery.to(device)
     k, reverse_k = min(k, gallery.shape[0]), min(reverse_k, queries.shape[0])
@@ -188,17 +240,38 @@ def topk_neighbours(
     k: int,
     chunk: int = DEFAULT_CHUNK,
     device: str | torch.device | None = None,
+    knn: KnnOptions = EXACT,
+    gallery_block: int = GALLERY_BLOCK,
 ) -> Neighbours:
-    """Exact top-k gallery rows of each query by inner product: indices and scores (Q, k)."""
+    """Top-k gallery rows of each query by inner product: indices and scores (Q, k).
+
+    Exact by default; `knn` may hand the search to a FAISS index. Peak extra memory is
+    about chunk * min(G, gallery_block) * 4 bytes.
+    """
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     _check(queries, gallery, k)
+    if knn.backend == "faiss":  # imported here: faiss_search imports this module
+        from lace.eval.faiss_search import faiss_neighbours
+
+        return faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn)
     device = torch.device(device) if device is not None else queries.device
     gallery = gallery.to(device)
     k = min(k, gallery.shape[0])
     values, indices = [], []
     for start in range(0, queries.shape[0], chunk):
-        block = queries[start: start + chunk].to(device) @ gallery.T  # (c, G)
-        top_values, top_indices = block.topk(k, dim=1)
-        values.append(top_values)
-        indices.append(top_indices)
+        rows = queries[start: start + chunk].to(device)
+        best_values, best_indices = None, None
+        # past GALLERY_BLOCK items, the gallery is searched a block at a time and the top-k merged,
+        # so memory stays at chunk x GALLERY_BLOCK scores instead of growing with G
+        for offset in range(0, gallery.shape[0], gallery_block):
+            block = rows @ gallery[offset: offset + gallery_block].T  # (c, b)
+            top_values, top_indices = block.topk(min(k, block.shape[1]), dim=1)
+            if best_values is not None:
+                top_values = torch.cat([best_values, top_values], dim=1)
+                top_indices = torch.cat([best_indices, top_indices + offset], dim=1)
+                top_values, order = top_values.topk(k, dim=1)
+                top_indices = top_indices.gather(1, order)
+            best_values, best_indices = top_values, top_indices
+        values.append(best_values)
+        indices.append(best_indices)
     return Neighbours(torch.cat(indices), torch.cat(values))

@@ -21,6 +21,8 @@ same memory:
 
 Without a bank, each fix takes its statistics from the evaluated sets themselves
 (transductive: classic CSLS, plain inverted softmax, DN with the test means).
+Every top-k search may go through FAISS (`KnnOptions`); QB-Norm's normaliser is a sum
+over the whole bank, so it stays one exact chunked pass.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lace.eval.neighbours import DEFAULT_CHUNK, Neighbours, cross_neighbours, topk_neighbours
+from lace.eval.neighbours import (
+    DEFAULT_CHUNK,
+    EXACT,
+    KnnOptions,
+    Neighbours,
+    cross_neighbours,
+    topk_neighbours,
+)
 
 RERANKS = ("csls", "qbnorm", "dn")
 
@@ -67,9 +76,11 @@ def _tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
     return (x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))).float()
 
 
-def csls_penalty(points: torch.Tensor, others: torch.Tensor, k: int, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+def csls_penalty(
+    points: torch.Tensor, others: torch.Tensor, k: int, chunk: int = DEFAULT_CHUNK, knn: KnnOptions = EXACT
+) -> torch.Tensor:
     """(N,) mean similarity of each of (N, d) `points` to its k nearest rows of (M, d) `others`."""
-    return topk_neighbours(points, others, k, chunk=chunk).scores.mean(dim=1)
+    return topk_neighbours(points, others, k, chunk=chunk, knn=knn).scores.mean(dim=1)
 
 
 def log_inverted_softmax_normaliser(
@@ -83,10 +94,12 @@ def log_inverted_softmax_normaliser(
     return total
 
 
-def activation_set(bank: torch.Tensor, gallery: torch.Tensor, k: int, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+def activation_set(
+    bank: torch.Tensor, gallery: torch.Tensor, k: int, chunk: int = DEFAULT_CHUNK, knn: KnnOptions = EXACT
+) -> torch.Tensor:
     """(G,) bool: gallery rows in the top-k of at least one of the (B, d) bank queries."""
     active = torch.zeros(gallery.shape[0], dtype=torch.bool)
-    active[topk_neighbours(bank, gallery, k, chunk=chunk).indices.reshape(-1)] = True
+    active[topk_neighbours(bank, gallery, k, chunk=chunk, knn=knn).indices.reshape(-1)] = True
     return active
 
 
@@ -99,6 +112,7 @@ def querybank_neighbours(
     beta: float = 20.0,
     bank_k: int = 1,
     chunk: int = DEFAULT_CHUNK,
+    knn: KnnOptions = EXACT,
 ) -> Neighbours:
     """Top-k of (Q, d) queries among (G, d) gallery rows under QB-Norm's dynamic inverted softmax.
 
@@ -107,8 +121,8 @@ def querybank_neighbours(
     others the plain `s`: compare scores within a row only.
     """
     queries, gallery, bank = _tensor(queries), _tensor(gallery), _tensor(bank)
-    plain = topk_neighbours(queries, gallery, k, chunk=chunk)
-    active = activation_set(bank, gallery, bank_k, chunk=chunk)
+    plain = topk_neighbours(queries, gallery, k, chunk=chunk, knn=knn)
+    active = activation_set(bank, gallery, bank_k, chunk=chunk, knn=knn)
     normalise = active[plain.indices[:, 0]]  # (Q,) the dynamic switch: plain top-1 in the activation set
     if not normalise.any():
         return plain
@@ -116,7 +130,7 @@ def querybank_neighbours(
     ones = torch.ones(int(normalise.sum()), 1)
     scaled_queries = torch.cat([beta * queries[normalise], ones], dim=1)  # (Q', d + 1)
     shifted_gallery = torch.cat([gallery, -log_normaliser[:, None]], dim=1)  # (G, d + 1)
-    normalised = topk_neighbours(scaled_queries, shifted_gallery, k, chunk=chunk)
+    normalised = topk_neighbours(scaled_queries, shifted_gallery, k, chunk=chunk, knn=knn)
     indices, scores = plain.indices.clone(), plain.scores.clone()
     indices[normalise], scores[normalise] = normalised.indices, normalised.scores
     return Neighbours(indices, scores)
@@ -131,6 +145,7 @@ def reranked_neighbours(
     bank: QueryBank | None = None,
     options: RerankOptions = RerankOptions(),
     chunk: int = DEFAULT_CHUNK,
+    knn: KnnOptions = EXACT,
 ) -> tuple[Neighbours, Neighbours]:
     """Top-k captions of each image and top-k images of each caption under a hubness fix.
 
@@ -140,6 +155,7 @@ def reranked_neighbours(
         texts: (N_txt, d) unit vectors.
         k: neighbours per item in both directions.
         bank: statistics source (default: the evaluated sets themselves).
+        knn: how every top-k search is made (exact by default).
 
     Returns:
         (image_to_text, text_to_image) as `cross_neighbours` returns them: indices
@@ -152,16 +168,16 @@ def reranked_neighbours(
     bank_images = _tensor(bank.images) if bank.images is not None else images
     bank_texts = _tensor(bank.texts) if bank.texts is not None else texts
     if method == "csls":
-        image_penalty = csls_penalty(images, bank_texts, options.csls_k, chunk)  # (N_img,)
-        text_penalty = csls_penalty(texts, bank_images, options.csls_k, chunk)  # (N_txt,)
+        image_penalty = csls_penalty(images, bank_texts, options.csls_k, chunk, knn)  # (N_img,)
+        text_penalty = csls_penalty(texts, bank_images, options.csls_k, chunk, knn)  # (N_txt,)
         ones_images, ones_texts = torch.ones(images.shape[0], 1), torch.ones(texts.shape[0], 1)
         lifted_images = torch.cat([2 * images, -image_penalty[:, None], ones_images], dim=1)  # (N_img, d + 2)
         lifted_texts = torch.cat([texts, ones_texts, -text_penalty[:, None]], dim=1)  # (N_txt, d + 2)
-        return cross_neighbours(lifted_images, lifted_texts, k, chunk=chunk)
+        return cross_neighbours(lifted_images, lifted_texts, k, chunk=chunk, knn=knn)
     if method == "dn":
         centred_images = images - options.dn_weight * bank_images.mean(dim=0)
         centred_texts = texts - options.dn_weight * bank_texts.mean(dim=0)
-        return cross_neighbours(centred_images, centred_texts, k, chunk=chunk)
-    forward = querybank_neighbours(images, texts, bank_images, k, options.qbnorm_beta, options.qbnorm_k, chunk)
-    backward = querybank_neighbours(texts, images, bank_texts, k, options.qbnorm_beta, options.qbnorm_k, chunk)
+        return cross_neighbours(centred_images, centred_texts, k, chunk=chunk, knn=knn)
+    forward = querybank_neighbours(images, texts, bank_images, k, options.qbnorm_beta, options.qbnorm_k, chunk, knn)
+    backward = querybank_neighbours(texts, images, bank_texts, k, options.qbnorm_beta, options.qbnorm_k, chunk, knn)
     return forward, backward

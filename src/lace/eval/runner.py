@@ -112,6 +112,18 @@ class EvalConfig:
     """QB-Norm: inverse temperature of the dynamic inverted softmax."""
     dn_weight: float = 0.5
     """DN: share of the bank's mean subtracted from each side."""
+    knn: str = "exact"
+    """Top-k search of the diagnostics: exact (chunked brute force) or faiss (for 1M+ items; needs faiss-cpu)."""
+    knn_index: str = "flat"
+    """FAISS index with --knn faiss: flat (exact), ivf (IVF-Flat, approximate) or hnsw (approximate)."""
+    knn_nlist: int = 0
+    """IVF: inverted lists; 0 takes 4 sqrt(items)."""
+    knn_nprobe: int = 32
+    """IVF: lists searched per query."""
+    knn_hnsw_m: int = 32
+    """HNSW: links per node."""
+    knn_ef_search: int = 128
+    """HNSW: candidate list while searching."""
 
 
 BenchmarkInputs = Callable[[EvalConfig], tuple[Any, dict[str, Any], str]]
@@ -148,7 +160,8 @@ def _load(name: str, config: EvalConfig):
 # Fields that change what is measured but not which images and captions are embedded.
 NOT_EMBEDDING_INPUTS = ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks", "dictionary",
                         "transplants", "auto_transplants", "edit", "counterfactual_edits",
-                        "rerank", "csls_k", "qbnorm_beta", "dn_weight")
+                        "rerank", "csls_k", "qbnorm_beta", "dn_weight", "knn", "knn_index", "knn_nlist",
+                        "knn_nprobe", "knn_hnsw_m", "knn_ef_search")
 
 
 def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
@@ -209,6 +222,8 @@ def run_evaluation(
         raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
     labelled = _load_dictionary(encoder, config, model) if config.dictionary else None
     bank = _load_bank(config) if config.rerank else None
+    if config.diagnostics:
+        knn_options(config)  # bad --knn flags or a missing FAISS fail before anything is embedded
     cache = cache if cache is not None else EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
     cache_file = Path(config.cache_dir) / f"{cache_key(model, pretrained, config)}.npz" if config.cache_dir else None
     if cache_file is not None and cache_file.is_file():
@@ -291,6 +306,20 @@ def _bank_embeddings(cache: EmbeddingCache, bank, config: EvalConfig):
     return QueryBank(cache.images([(path, None) for path in images]), cache.texts(captions))
 
 
+def knn_options(config: EvalConfig):
+    """The diagnostics' top-k search (`lace.eval.neighbours.KnnOptions`) from the --knn flags."""
+    from lace.eval.neighbours import KnnOptions
+
+    options = KnnOptions(backend=config.knn, index=config.knn_index, nlist=config.knn_nlist,
+                         nprobe=config.knn_nprobe, hnsw_m=config.knn_hnsw_m, ef_search=config.knn_ef_search,
+                         seed=config.seed)
+    if options.backend == "faiss":
+        from lace.eval.faiss_search import import_faiss
+
+        import_faiss()
+    return options
+
+
 def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalConfig, progress: bool,
              labelled=None, bank=None) -> dict:
     """Geometry figures and rule-edit brittleness on one image-caption set (`lace.eval.measure`); with a
@@ -301,18 +330,19 @@ def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalC
     images, texts = dataset_embeddings(cache, dataset)
     owner = dataset.caption_image_index
     figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
+    knn = knn_options(config)
     if config.rerank:
         from lace.eval.diagnostics import GeometryOptions, reranked_geometry
         from lace.eval.rerank import RerankOptions
 
         figures.update(reranked_geometry(
             images, texts, owner, config.rerank, _bank_embeddings(cache, bank, config) if bank is not None else None,
-            GeometryOptions(k=config.k, baseline=False),
+            GeometryOptions(k=config.k, baseline=False, knn=knn),
             RerankOptions(csls_k=config.csls_k, qbnorm_beta=config.qbnorm_beta, dn_weight=config.dn_weight)))
     rule_negatives = _rule_negatives(config)
     figures.update(measure(MeasuredSplit(images, texts, owner, dataset.captions, encoder),
                            MeasureConfig(("geometry", "rule_brittleness"), k=config.k, baseline=config.baseline,
-                                         seed=config.seed),
+                                         seed=config.seed, knn=knn),
                            rules=rule_negatives, progress=progress))
     if labelled is not None:
         from lace.eval.dictionary_diagnostics import dictionary_diagnostics
