@@ -38,19 +38,19 @@ class RowGenerators:
 Randomness = torch.Generator | RowGenerators | None
 
 
+def _draw(sample, shape: tuple[int, ...], generator: Randomness, device: torch.device, batch_dim: int) -> Tensor:
+    """`sample` (torch.rand or torch.randn) of `shape`, made on the generator's device, moved to `device`."""
+    if isinstance(generator, RowGenerators):
+        return generator.draw(lambda s, g: sample(s, generator=g, device=generator.device), shape, batch_dim, device)
+    source_device = generator.device if generator is not None else device
+    return sample(shape, generator=generator, device=source_device).to(device)
+
+
 def uniform(shape: tuple[int, ...], generator: Randomness, device: torch.device, batch_dim: int = 0) -> Tensor:
     """U[0, 1) draws of `shape` (batch along `batch_dim`), made on the generator's device, moved to `device`."""
-    if isinstance(generator, RowGenerators):
-        return generator.draw(lambda s, g: torch.rand(s, generator=g, device=generator.device), shape, batch_dim,
-                              device)
-    source_device = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, device=source_device).to(device)
+    return _draw(torch.rand, shape, generator, device, batch_dim)
 
 
 def normal(shape: tuple[int, ...], generator: Randomness, device: torch.device, batch_dim: int = 0) -> Tensor:
     """Standard normal draws of `shape` (batch along `batch_dim`), made on the generator's device, moved to `device`."""
-    if isinstance(generator, RowGenerators):
-        return generator.draw(lambda s, g: torch.randn(s, generator=g, device=generator.device), shape, batch_dim,
-                              device)
-    source_device = generator.device if generator is not None else device
-    return torch.randn(shape, generator=generator, device=source_device).to(device)
+    return _draw(torch.randn, shape, generator, device, batch_dim)
