@@ -6,25 +6,16 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 
 from lace.cli import main
 from lace.embeddings import write_store
-from tests.toy_concepts import TOY_VOCABULARY, toy_directions, toy_embeddings
+from tests.toy_concepts import TOY_VOCABULARY, write_toy_store
 
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dict_cli")
-    directions = toy_directions()
-    images, image_codes = toy_embeddings(directions, 200, 2.0, seed=1, return_codes=True)
-    texts, text_codes = toy_embeddings(directions, 400, -2.0, seed=2, return_codes=True)
-    captions = [" and ".join(n for n, w in zip(directions.names, row) if w > 0) for row in text_codes]
-    write_store(folder / "store", images.numpy(), texts.numpy(), {
-        "image_ids": list(range(200)), "text_ids": list(range(400)), "captions": captions,
-        "text_image_index": [i % 200 for i in range(400)], "model": "toy", "data": "toy",
-    })
-    (folder / "vocabulary.yaml").write_text(yaml.safe_dump(TOY_VOCABULARY))
+    image_codes = write_toy_store(folder, 200)
     code = main(["dict", "fit", "--embeddings", str(folder / "store"), "--atoms", "12", "--sparsity", "4",
                  "--mode", "vocabulary", "--vocabulary", str(folder / "vocabulary.yaml"),
                  "--out", str(folder / "dict"), "--no-progress"])

@@ -5,21 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lace.concepts.labelling import label_atoms
-from lace.dictionary import ConceptDictionary
 from lace.edits import EDIT_KINDS, CounterfactualEditor, EditConfig, edit_report, parse_edit
 from lace.errors import LaceInputError
-from tests.toy_concepts import toy_directions, toy_embeddings
+from tests.toy_concepts import toy_fitted
 
 
 @pytest.fixture(scope="module")
 def toy():
-    directions = toy_directions()
-    images = toy_embeddings(directions, 300, 2.0, seed=1)
-    texts = toy_embeddings(directions, 300, -2.0, seed=2)
-    dictionary = ConceptDictionary(mode="vocabulary", directions=directions, sparsity=4).fit(images, texts)
-    labelling = label_atoms(dictionary, directions, images, texts)
-    return directions, dictionary, labelling, images, texts
+    return toy_fitted(300)
 
 
 def _editor(toy, **options) -> CounterfactualEditor:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+import yaml
 
 from lace.concepts.directions import ConceptDirections
+from lace.concepts.labelling import label_atoms
 from lace.concepts.vocabulary import vocabulary_from_dict
+from lace.dictionary import ConceptDictionary
+from lace.edits import CounterfactualEditor, EditConfig
+from lace.embeddings import write_store
 
 TOY_VOCABULARY = {
     "name": "toy",
@@ -49,3 +56,34 @@ def toy_embeddings(directions: ConceptDirections, n: int, modality_shift: float,
     z = codes @ directions.directions + noise * torch.randn(n, dim, generator=generator) + offset
     z = z / z.norm(dim=1, keepdim=True)
     return (z, codes) if return_codes else z
+
+
+def toy_fitted(n: int):
+    """(directions, dictionary, labelling, images, texts): a vocabulary-mode dictionary (sparsity 4) fitted on
+    n toy image and n toy caption embeddings (seeds 1 and 2), and its atom labels."""
+    directions = toy_directions()
+    images = toy_embeddings(directions, n, 2.0, seed=1)
+    texts = toy_embeddings(directions, n, -2.0, seed=2)
+    dictionary = ConceptDictionary(mode="vocabulary", directions=directions, sparsity=4).fit(images, texts)
+    return directions, dictionary, label_atoms(dictionary, directions, images, texts), images, texts
+
+
+def toy_editor(n: int):
+    """(dictionary, editor, images, texts): `toy_fitted`'s dictionary behind a default `CounterfactualEditor`."""
+    directions, dictionary, labelling, images, texts = toy_fitted(n)
+    return dictionary, CounterfactualEditor(dictionary, labelling, directions, EditConfig()), images, texts
+
+
+def write_toy_store(folder: Path, n_images: int) -> torch.Tensor:
+    """Write an embedding store of n_images toy images and 2 n_images captions naming their concepts
+    (`folder/store`) and the toy vocabulary (`folder/vocabulary.yaml`); return the images' (n_images, C) codes."""
+    directions = toy_directions()
+    images, image_codes = toy_embeddings(directions, n_images, 2.0, seed=1, return_codes=True)
+    texts, text_codes = toy_embeddings(directions, 2 * n_images, -2.0, seed=2, return_codes=True)
+    captions = [" and ".join(n for n, w in zip(directions.names, row) if w > 0) for row in text_codes]
+    write_store(folder / "store", images.numpy(), texts.numpy(), {
+        "image_ids": list(range(n_images)), "text_ids": list(range(2 * n_images)), "captions": captions,
+        "text_image_index": [i % n_images for i in range(2 * n_images)], "model": "toy", "data": "toy",
+    })
+    (folder / "vocabulary.yaml").write_text(yaml.safe_dump(TOY_VOCABULARY))
+    return image_codes

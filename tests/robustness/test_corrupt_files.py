@@ -14,20 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from lace.cli import main
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
 from lace.data.world import WorldConfig, generate_world
 from lace.data.world.counterfactuals import read_scenes, read_world_config
-from lace.embeddings import EmbeddingStore, write_store
+from lace.embeddings import EmbeddingStore
 from lace.encoders.towers.features import _load_cached
 from lace.encoders.towers.top_features import _load
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import get_benchmark
 from lace.train.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
-from tests.toy_concepts import TOY_VOCABULARY, toy_directions, toy_embeddings
+from tests.toy_concepts import write_toy_store
 
 DAMAGE = ("truncated", "empty", "header")
 
@@ -52,14 +51,7 @@ def pristine(tmp_path_factory) -> Path:
     """A checkpoint, a labelled dictionary, an embedding store, tower caches and a shapes world."""
     root = tmp_path_factory.mktemp("pristine")
     save_checkpoint(root / "run", 1, {"w": torch.randn(4, 4)}, {"step": 1, "rng": torch.get_rng_state()})
-    directions = toy_directions()
-    images, _ = toy_embeddings(directions, 120, 2.0, seed=1, return_codes=True)
-    texts, codes = toy_embeddings(directions, 240, -2.0, seed=2, return_codes=True)
-    captions = [" and ".join(n for n, w in zip(directions.names, row) if w > 0) for row in codes]
-    write_store(root / "store", images.numpy(), texts.numpy(), {
-        "image_ids": list(range(120)), "text_ids": list(range(240)), "captions": captions,
-        "text_image_index": [i % 120 for i in range(240)], "model": "toy", "data": "toy"})
-    (root / "vocabulary.yaml").write_text(yaml.safe_dump(TOY_VOCABULARY))
+    write_toy_store(root, 120)
     assert main(["dict", "fit", "--embeddings", str(root / "store"), "--atoms", "12", "--sparsity", "4", "--mode",
                  "vocabulary", "--vocabulary", str(root / "vocabulary.yaml"), "--no-progress",
                  "--out", str(root / "dictionary")]) == 0

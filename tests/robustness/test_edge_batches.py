@@ -27,18 +27,12 @@ from lace.eval.diagnostics import geometry_diagnostics
 from lace.io import read_json
 from lace.losses import clip_loss, duplicate_pairs, lace_loss
 from lace.train import TensorPairs, TrainConfig, train
-from tests.toy_concepts import toy_directions, toy_embeddings
+from tests.toy_concepts import toy_directions, toy_editor
 
 
 @pytest.fixture(scope="module")
 def toy():
-    directions = toy_directions()
-    images = toy_embeddings(directions, 200, 2.0, seed=1)
-    texts = toy_embeddings(directions, 200, -2.0, seed=2)
-    dictionary = ConceptDictionary(mode="vocabulary", directions=directions, sparsity=4).fit(images, texts)
-    labelling = label_atoms(dictionary, directions, images, texts)
-    editor = CounterfactualEditor(dictionary, labelling, directions, EditConfig())
-    return dictionary, editor, images, texts
+    return toy_editor(200)
 
 
 def unit(*shape, seed=0):

@@ -16,28 +16,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lace.concepts.labelling import label_atoms
-from lace.dictionary import ConceptDictionary
-from lace.edits import CounterfactualEditor, EditConfig
 from lace.errors import LaceInputError
 from lace.eval.diagnostics import geometry_diagnostics
 from lace.eval.metrics import pairwise_accuracy, retrieval_recall, winoground_scores
 from lace.losses import clip_loss, lace_loss
 from lace.train import TensorPairs, TrainConfig, train
-from tests.toy_concepts import toy_directions, toy_embeddings
+from tests.toy_concepts import toy_editor
 
 BAD_VALUES = (float("nan"), float("inf"), float("-inf"))
 
 
 @pytest.fixture(scope="module")
 def toy():
-    directions = toy_directions()
-    images = toy_embeddings(directions, 200, 2.0, seed=1)
-    texts = toy_embeddings(directions, 200, -2.0, seed=2)
-    dictionary = ConceptDictionary(mode="vocabulary", directions=directions, sparsity=4).fit(images, texts)
-    labelling = label_atoms(dictionary, directions, images, texts)
-    editor = CounterfactualEditor(dictionary, labelling, directions, EditConfig())
-    return dictionary, editor, images, texts
+    return toy_editor(200)
 
 
 def poisoned(z: torch.Tensor, value: float, row: int = 2) -> torch.Tensor:

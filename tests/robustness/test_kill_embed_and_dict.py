@@ -6,17 +6,16 @@ import random
 import numpy as np
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
 import lace.embeddings
 from lace.cli import main
 from lace.concepts.labelled import load_labelled_dictionary
-from lace.embeddings import EmbeddingStore, write_store
+from lace.embeddings import EmbeddingStore
 from lace.errors import LaceInputError
 from lace.io import read_json
 from tests.robustness.faults import KillPoint, run_killed
-from tests.toy_concepts import TOY_VOCABULARY, toy_directions, toy_embeddings
+from tests.toy_concepts import write_toy_store
 
 SEED = 16
 
@@ -69,14 +68,7 @@ def test_embed_carries_on_after_the_images_it_recorded(tiny_coco, tmp_path, monk
 @pytest.fixture(scope="module")
 def toy_store(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dict_kill")
-    directions = toy_directions()
-    images, _ = toy_embeddings(directions, 120, 2.0, seed=1, return_codes=True)
-    texts, codes = toy_embeddings(directions, 240, -2.0, seed=2, return_codes=True)
-    captions = [" and ".join(n for n, w in zip(directions.names, row) if w > 0) for row in codes]
-    write_store(folder / "store", images.numpy(), texts.numpy(), {
-        "image_ids": list(range(120)), "text_ids": list(range(240)), "captions": captions,
-        "text_image_index": [i % 120 for i in range(240)], "model": "toy", "data": "toy"})
-    (folder / "vocabulary.yaml").write_text(yaml.safe_dump(TOY_VOCABULARY))
+    write_toy_store(folder, 120)
     return folder
 
 
