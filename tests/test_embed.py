@@ -65,7 +65,7 @@ def test_two_rank_torchrun_shards_and_merges(tiny_coco, tmp_path):
     import subprocess
     import sys
 
-    from tests.test_train_distributed import _free_port
+    from tests.distributed_support import free_port
 
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     common = ["--model", "lace-micro-32", "--pretrained", "none", "--data", str(tiny_coco), "--no-progress",
@@ -76,7 +76,7 @@ def test_two_rank_torchrun_shards_and_merges(tiny_coco, tmp_path):
     subprocess.run([sys.executable, "-c", seed, "embed", *common, "--out", str(single)], check=True, env=env)
     script = tmp_path / "seeded_lace.py"
     script.write_text(seed.replace("; ", "\n") + "\n")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
                     str(script), "embed", *common, "--out", str(sharded)], check=True, env=env,
                    capture_output=True)
     a, b = EmbeddingStore.open(single), EmbeddingStore.open(sharded)

@@ -8,9 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
-from safetensors.torch import load_file
 
 from lace.data.world import WorldConfig, generate_world, render_scene
 from lace.data.world.counterfactuals import colour_swapped, read_scenes, read_world_config
@@ -18,9 +16,8 @@ from lace.data.world.render import object_coverage
 from lace.edits import EditConfig
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.train import TrainConfig, train
-from lace.train.checkpoints import latest_checkpoint
 from lace.train.negatives import paired_caption_directions
-from tests.test_train_distributed import TOLERANCE, _free_port, _worker
+from tests.distributed_support import assert_same_weights, train_in_two_processes
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +100,7 @@ def test_local_arm_one_process_and_two_processes_agree(world, tmp_path):
     single = train(config, progress=False)
     metrics = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
     assert all(m["image_negatives_valid_rows"] > 0 for m in metrics)  # the local negatives were there
-    two = replace(config, output=str(tmp_path / "two"))
-    mp.spawn(_worker, args=(2, _free_port(), two), nprocs=2, join=True)
-    weights = load_file(str(latest_checkpoint(tmp_path / "two").with_suffix(".safetensors")))
     reference = single.model.state_dict()
-    assert weights.keys() == reference.keys()
-    for key, value in weights.items():
-        torch.testing.assert_close(value, reference[key], rtol=0, atol=TOLERANCE, msg=key)
+    assert_same_weights(train_in_two_processes(config, tmp_path / "two"), reference)
     plain = train(replace(config, local_image_negatives=False, output=str(tmp_path / "plain")), progress=False)
     assert any(not torch.equal(plain.model.state_dict()[k], v) for k, v in reference.items())

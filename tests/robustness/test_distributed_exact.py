@@ -6,7 +6,6 @@ pools the global batch, so the edits and the refit are those of one process.
 """
 
 import json
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,18 +20,10 @@ from lace.config import config_to_dict
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
 from tests.conftest import make_images
+from tests.distributed_support import TOLERANCE, free_port
 from tests.robustness.distributed_runs import plain_sgd
 from tests.robustness.faults import ROOT, subprocess_env
 from tests.test_train import COLOURS, WORLD_VOCABULARY, vocabulary_dictionary
-
-# Gathering, sharded rows and the gradient all-reduce only reorder float32 sums.
-TOLERANCE = 1e-5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,43 @@
+"""Data-parallel runs in tests: a free port, one training run in two gloo processes, and the tolerance
+by which its weights may differ from one process's."""
+
+import os
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+
+from lace.train import TrainConfig, train
+from lace.train.checkpoints import latest_checkpoint
+
+# Gathering, sharded rows and the gradient all-reduce only reorder float32 sums.
+TOLERANCE = 1e-5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, config: TrainConfig) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    train(config, progress=False)
+
+
+def train_in_two_processes(config: TrainConfig, output: Path) -> dict[str, torch.Tensor]:
+    """Train `config` in two gloo processes writing to `output`; return the last checkpoint's weights."""
+    mp.spawn(_worker, args=(2, free_port(), replace(config, output=str(output))), nprocs=2, join=True)
+    return load_file(str(latest_checkpoint(output).with_suffix(".safetensors")))
+
+
+def assert_same_weights(weights: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
+    """Every tensor of `reference` is in `weights`, equal within `TOLERANCE`."""
+    assert weights.keys() == reference.keys()
+    for key, value in weights.items():
+        torch.testing.assert_close(value, reference[key], rtol=0, atol=TOLERANCE, msg=key)
