@@ -49,3 +49,16 @@ def tiny_coco(tmp_path: Path) -> Path:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+def randomise_batch_norms(model: torch.nn.Module) -> None:
+    """Seeded random BatchNorm statistics and affines, so that no BatchNorm is the identity (and folding
+    BatchNorm into the convolutions is exercised)."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.running_mean.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
+                module.running_var.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
+                module.weight.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
+                module.bias.copy_(torch.randn(module.num_features, generator=generator) * 0.1)

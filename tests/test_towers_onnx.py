@@ -11,18 +11,9 @@ from timm.models.efficientnet import _gen_efficientnet_lite
 from transformers import BertConfig, BertModel
 
 from lace.encoders.towers import image_tower, onnx_runtime, text_tower
+from tests.conftest import randomise_batch_norms
 
 pytest.importorskip("onnxruntime")
-
-
-def _randomise_batch_norms(model: torch.nn.Module) -> None:
-    """Non-trivial running statistics, so that folding BatchNorm into the convolutions is exercised."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.normal_(0, 0.1)
-            module.running_var.uniform_(0.5, 2.0)
-            module.weight.data.uniform_(0.5, 1.5)
-            module.bias.data.normal_(0, 0.1)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +23,7 @@ def tiny_image_tower() -> image_tower.ImageTower:
     tower = image_tower.ImageTower(pretrained=False)
     tower.model = _gen_efficientnet_lite("efficientnet_lite0", channel_multiplier=0.25, depth_multiplier=0.3,
                                          pretrained=False, **image_tower.ARCHITECTURE_OPTIONS)
-    _randomise_batch_norms(tower.model)
+    randomise_batch_norms(tower.model)
     return tower.eval()
 
 

@@ -36,25 +36,14 @@ from lace.study.top_training import (
     encode_captions,
     train_top,
 )
-
-
-def _randomise_batchnorm(model: torch.nn.Module) -> None:
-    """Random BatchNorm statistics and affines, so that no BatchNorm is the identity."""
-    generator = torch.Generator().manual_seed(1)
-    for module in model.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.running_mean.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
-            module.running_var.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
-            module.weight.data.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
-            module.bias.data.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
+from tests.conftest import randomise_batch_norms
 
 
 @pytest.fixture(scope="module")
 def tiny_cnn() -> torch.nn.Module:
     torch.manual_seed(0)
     model = timm.create_model("test_efficientnet", pretrained=False, num_classes=0)
-    with torch.no_grad():
-        _randomise_batchnorm(model)
+    randomise_batch_norms(model)
     return model.eval()
 
 
