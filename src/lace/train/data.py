@@ -28,6 +28,16 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
+EDIT_STREAM, LOCAL_STREAM = 2, 5
+"""Seed streams of per-row draws beside the data order (0) and augmentation (1): dictionary edits, local transplants."""
+
+
+def row_seeds(seed: int, keys: list[tuple[int, int]], stream: int) -> list[int]:
+    """One seed per row from (epoch, image index), in seed stream `stream`: independent of how the batch is
+    split over processes."""
+    return [_seed(seed, stream, epoch, index) for epoch, index in keys]
+
+
 @dataclass(frozen=True)
 class Sample:
     """What the loader asks for: which image, which of its captions, in which epoch."""

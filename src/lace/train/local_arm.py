@@ -8,7 +8,6 @@ Its random choices (which absent concept a transplant brings) are drawn per samp
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 from torchvision.transforms import Normalize
@@ -43,14 +42,6 @@ class SampleSeededLocalEditor(LocalImageEditor):
                               for seed in self.row_seeds])
         scores.scatter_(1, objects.concept, -1.0)
         return scores.argmax(dim=1)
-
-
-def row_seeds(seed: int, keys: list[tuple[int, int]], stream: int = 5) -> list[int]:
-    """One seed per row from (epoch, image index): independent of how the batch is split over processes.
-
-    `stream` keeps the draws of different uses apart (5: local transplants, 2: dictionary edits).
-    """
-    return [int(np.random.SeedSequence([seed, stream, epoch, index]).generate_state(1)[0]) for epoch, index in keys]
 
 
 def fit_training_editor(config: TrainConfig, clip: torch.nn.Module, pixels: Tensor, captions: list[list[str]],

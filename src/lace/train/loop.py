@@ -41,6 +41,8 @@ from lace.losses import clip_loss, duplicate_pairs, lace_loss
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
 from lace.train.data import (
+    EDIT_STREAM,
+    LOCAL_STREAM,
     FeatureBatch,
     FeaturePairs,
     ImagePairs,
@@ -50,6 +52,7 @@ from lace.train.data import (
     collate,
     drop_missing_images,
     pair_keys,
+    row_seeds,
 )
 from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
@@ -59,7 +62,6 @@ from lace.train.local_arm import (
     group_token_ids,
     local_caption_negatives,
     local_image_negatives,
-    row_seeds,
 )
 from lace.train.negatives import (
     Negatives,
@@ -395,7 +397,7 @@ class Trainer:
         if self.editor is None:
             return Negatives()
         # CPU generators: tiny draws per row, one copy to the device; the same edits on any device
-        generators = RowGenerators(row_seeds(config.seed, [(epoch, index) for index in indices], stream=2))
+        generators = RowGenerators(row_seeds(config.seed, [(epoch, index) for index in indices], EDIT_STREAM))
         return counterfactual_negatives(self.editor, U, V, config.n_edits, config.counterfactual_captions,
                                         config.counterfactual_images, config.counterfactual_source, generators)
 
@@ -404,7 +406,7 @@ class Trainer:
         config, clip = self.config, self.encoder.model
         pixels = batch.pixels.to(self.device)
         if self.local_editor is not None:
-            seeds = row_seeds(config.seed, [(epoch, index) for index in batch.indices])
+            seeds = row_seeds(config.seed, [(epoch, index) for index in batch.indices], LOCAL_STREAM)
             embeddings, valid = local_image_negatives(self.local_editor, clip, pixels, config.local_n_edits, seeds)
             negatives.add_images(embeddings.float(), valid)
         if self.concept_token_ids is not None:
