@@ -1,9 +1,13 @@
 """Batched sparse-coding kernels: orthogonal matching pursuit, top-k coding, decoding.
 
-Every kernel works on a whole batch at once; the only Python loop is over the `s`
-atom-selection steps (and over chunks of rows, to bound memory).
+OMP has two kernels, chosen in `encode` (`_omp_kernel`):
+- on CPU (float32 / float64), `fused_omp`: the product per block of rows, then a compiled
+  loop that codes the block row by row with the row's correlations in cache;
+- elsewhere, or when asked for (`kernel="torch"`), `_batch_omp` below, which works on the
+  whole block at once; its only Python loop is over the `s` atom-selection steps.
+Both select, stop and refit by the same rules and give the same supports.
 
-OMP is batch OMP (Rubinstein, Zibulevsky and Elad, 2008): the correlations
+The torch kernel is batch OMP (Rubinstein, Zibulevsky and Elad, 2008): the correlations
 `X D^T` (the one (n, d) x (d, K) product, written into a buffer allocated once) and the
 Gram matrix `G = D D^T` are computed once. Each selection step updates the residual
 correlations in place by the change of the support's coefficients times their Gram
@@ -16,7 +20,8 @@ sample. Past the product, a step is a few passes over (n, K): the arg-max scan (
 time goes.
 
 Non-negative OMP (the default, `nonnegative=True`), exactly:
-1. select the atom with the largest *positive* correlation with the residual; a
+1. select the atom with the largest *positive* correlation with the residual (ties go to
+   the lowest atom index, in both modes, as in scikit-learn); a
    sample with no positive correlation (or whose new atom is linearly dependent on
    its support) stops there and keeps its support;
 2. refit the coefficients by unconstrained least squares on the support;
@@ -35,7 +40,10 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
+from lace.dictionary import fused_omp
+
 METHODS = ("omp", "topk")
+KERNELS = ("fused", "torch")  # OMP kernels: compiled row by row on CPU, or batched torch operations
 LANES = 128  # width of the vectorised max in the arg-max scan (K must be a multiple, else a plain scan)
 CPU_BLOCK_ROWS = 1024  # rows per block on CPU (fastest measured for K = 4096: 16 MB of correlations)
 DEVICE_BLOCK_ROWS = 8192  # rows per block on an accelerator: fewer, larger kernels
@@ -70,6 +78,7 @@ def encode(
     dense: bool = False,
     chunk_size: int | None = None,
     gram: Tensor | None = None,
+    kernel: str | None = None,
 ) -> Tensor | SparseCodes:
     """Sparse codes of `x` (N, d) over `atoms` (K, d) with at most `sparsity` non-zeros per row.
 
@@ -78,9 +87,13 @@ def encode(
     Returns (N, K) dense codes when `dense`, else `SparseCodes` with (N, sparsity)
     indices and values. Rows are processed `chunk_size` at a time (default 1024 on CPU,
     8192 elsewhere); `gram` (K, K) = atoms @ atoms.T may be passed in to save recomputing it.
+    kernel: OMP's kernel, "fused" (CPU, float32 or float64) or "torch"; by default the fused
+    one wherever it runs.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
     if x.ndim != 2 or atoms.ndim != 2 or x.shape[1] != atoms.shape[1]:
         raise ValueError(
             f"expected x (N, d) and atoms (K, d) with the same d, got {tuple(x.shape)} and "
@@ -98,11 +111,12 @@ def encode(
     if method == "omp" and x.shape[0]:
         rows = min(chunk_size, x.shape[0])
         buffers = _OmpBuffers(rows, n_atoms, atoms.dtype, atoms.device)
+        omp = _omp_kernel(kernel, atoms)
     index_chunks, value_chunks = [], []
     for start in range(0, x.shape[0], chunk_size):
         chunk = x[start : start + chunk_size]
         if method == "omp":
-            indices, values = _batch_omp(chunk, atoms, gram, sparsity, nonnegative, buffers)
+            indices, values = omp(chunk, atoms, gram, sparsity, nonnegative, buffers)
         else:
             indices, values = _topk(chunk, atoms, gram, sparsity, nonnegative)
         index_chunks.append(indices)
@@ -127,6 +141,29 @@ def decode(codes: Tensor | SparseCodes, atoms: Tensor, chunk_size: int = 16384) 
     if not parts:
         return atoms.new_zeros(0, atoms.shape[1])
     return torch.cat(parts)
+
+
+def _omp_kernel(kernel: str | None, atoms: Tensor):
+    """The OMP kernel for `atoms`' device and dtype: `_fused_omp` or `_batch_omp`."""
+    fused_runs = atoms.device.type == "cpu" and atoms.dtype in (torch.float32, torch.float64)
+    if kernel == "fused" and not fused_runs:
+        raise ValueError(f"kernel: 'fused' runs on CPU in float32 or float64, got {atoms.device} {atoms.dtype}")
+    if kernel == "torch" or not fused_runs:
+        return _batch_omp
+    return _fused_omp
+
+
+def _fused_omp(
+    x: Tensor, atoms: Tensor, gram: Tensor, sparsity: int, nonnegative: bool, buffers: _OmpBuffers
+) -> tuple[Tensor, Tensor]:
+    """OMP on one block of rows with the compiled row-by-row kernel. Returns indices (n, s) and values (n, s)."""
+    correlations = buffers.correlations[: x.shape[0]]  # (n, K)
+    with record_function("omp/product"):
+        torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
+    with record_function("omp/fused_rows"):
+        tiny = torch.finfo(atoms.dtype).eps * 16
+        indices, values = fused_omp.omp_rows(correlations.numpy(), buffers.gram_rows(gram), sparsity, nonnegative, tiny)
+    return torch.from_numpy(indices), torch.from_numpy(values)
 
 
 def _batch_omp(
@@ -203,7 +240,7 @@ def _subtract_gram_rows(correlations: Tensor, coefficients: Tensor, indices: Ten
 
 
 def _largest(correlations: Tensor, absolute: bool) -> tuple[Tensor, Tensor]:
-    """Largest entry (or |entry|) of each row of (n, K) and its column: (n,) values, (n,) long.
+    """Largest entry (or |entry|) of each row of (n, K) and its first column: (n,) values, (n,) long.
 
     A row-wise arg-max is a slow scalar scan; a max across the K / LANES lanes of width
     LANES is a vectorised pass, after which only one strided column of K / LANES entries
@@ -211,28 +248,36 @@ def _largest(correlations: Tensor, absolute: bool) -> tuple[Tensor, Tensor]:
     """
     n, n_atoms = correlations.shape
     if n_atoms % LANES:
-        if not absolute:
-            return correlations.max(dim=1)
-        best, chosen = correlations.max(dim=1)
-        lowest, lowest_index = correlations.min(dim=1)
-        negative_wins = -lowest > best
-        return torch.where(negative_wins, -lowest, best), torch.where(negative_wins, lowest_index, chosen)
+        return (correlations.abs() if absolute else correlations).max(dim=1)
     lanes = correlations.view(n, n_atoms // LANES, LANES)
     lane_best = lanes.amax(dim=1)  # (n, LANES)
     if absolute:
         lane_best = torch.maximum(lane_best, lanes.amin(dim=1).neg_())
     best, lane = lane_best.max(dim=1)  # (n,)
     column = lanes[torch.arange(n, device=correlations.device), :, lane]  # (n, K / LANES)
-    block = (column.abs() if absolute else column).argmax(dim=1)
-    return best, block * LANES + lane
+    chosen = (column.abs() if absolute else column).argmax(dim=1) * LANES + lane
+    # the first index overall, not the first lane's: rows where several lanes tie scan the whole row
+    tied = ((lane_best == best.unsqueeze(1)).sum(dim=1) > 1).nonzero().squeeze(1)
+    if tied.numel():
+        rows = correlations[tied]
+        chosen[tied] = (rows.abs() if absolute else rows).argmax(dim=1)
+    return best, chosen
 
 
 class _OmpBuffers:
     """The (n, K) residual correlations of one block of rows, allocated once and reused by
-    every block (a fresh large tensor per block costs page faults)."""
+    every block (a fresh large tensor per block costs page faults), and the Gram matrix as
+    the contiguous array the fused kernel reads, made once."""
 
     def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device):
         self.correlations = torch.empty(rows, n_atoms, dtype=dtype, device=device)
+        self._gram_rows = None
+
+    def gram_rows(self, gram: Tensor):
+        """(K, K) numpy array of `gram`, contiguous rows."""
+        if self._gram_rows is None:
+            self._gram_rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
+        return self._gram_rows
 
 
 def _topk(
