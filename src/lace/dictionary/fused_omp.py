@@ -2,15 +2,20 @@
 
 The caller computes the correlations `X D^T` of a block of rows (one BLAS product, the
 floor) and the Gram matrix `G = D D^T`. `omp_rows` then codes the block one row at a
-time, so that the row's K correlations stay in the core's L1/L2 cache for all s steps
-instead of s passes over the whole (B, K) block:
-- selection: the first atom with the largest correlation (or |correlation|), found from
-  the maxima of 64-entry chunks, which the previous step's update produced on the fly;
-- the support's Cholesky factor grows by one row, and the coefficients are refitted by
-  least squares on the support (s x s triangular solves in float64);
-- the residual correlations are updated by the change of the coefficients times the
-  support atoms' Gram rows (G is symmetric, so rows are contiguous), while the chunk
-  maxima for the next selection are taken.
+time, so that the row's K correlations stay in the core's cache for all s steps instead
+of s passes over the whole (B, K) block. Each step:
+- selects the first atom with the largest correlation (or |correlation|) with the residual;
+- grows the support's Cholesky factor by one row and refits the coefficients by least
+  squares on the support (s x s triangular solves in float64).
+The residual correlations are `X D^T - a_I G[I]`. They are kept in tiles of TILE atoms,
+each up to date for the coefficients of some earlier step, and a tile is brought up to
+date (its slice of the support's Gram rows, times the change of the coefficients) only
+when it could hold the step's largest entry: its largest stored entry plus
+sum_j |change_j| max |G[k_j, tile]| (a bound, with a margin for rounding) is at least the
+largest up-to-date entry. Tiles that cannot win are skipped, so every selection is the
+one a full update would make, while most tiles are never updated; the selection reads
+one integer key per tile (see `_order_key`) and one tile.
+
 The algorithm, its stopping rules and the non-negative refit are those of
 `sparse_coding._batch_omp`, which stays the kernel for other devices; the two give the
 same supports and codes equal to float32 rounding.
@@ -22,14 +27,17 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
-CHUNK = 64  # entries per chunk maximum: a selection reads K / CHUNK maxima and one chunk
+TILE = 512  # atoms per tile of the residual correlations
+LINE = 64  # bytes per cache line
 RIDGE = 1e-6  # added to the diagonal of the non-negative refit's systems, as in `_least_squares_on_support`
 DEPENDENT = 1e-7  # an atom whose squared distance to the support's span is below this share of its norm stops the row
-# Reassociation and fused multiply-adds: the chunk maxima are exact in any order, and the
-# correlation update's rounding changes by less than float32's own.
+# Reassociation and fused multiply-adds: maxima are exact in any order, and the tile
+# updates' rounding (which the bounds' margin covers) changes by less than float32's own.
 FAST_MATH = True
+NONE = -1.0e300  # below every entry and bound; no infinities, which fast math assumes away
 
 
 def _compiled(function):
@@ -41,47 +49,82 @@ def _compiled(function):
         return numba.njit(nogil=True, fastmath=FAST_MATH)(function)
 
 
+def tile_maxima(gram: np.ndarray) -> np.ndarray:
+    """(K, ceil(K / TILE)) largest |G[k, i]| over the atoms i of each tile, for the Gram matrix (K, K)."""
+    n_atoms = gram.shape[0]
+    maxima = np.empty((n_atoms, (n_atoms + TILE - 1) // TILE), dtype=gram.dtype)
+    _tile_maxima(gram, maxima)
+    return maxima
+
+
 def omp_rows(
-    correlations: np.ndarray, gram: np.ndarray, sparsity: int, nonnegative: bool, tiny: float
+    correlations: np.ndarray,
+    gram: np.ndarray,
+    gram_tile_maxima: np.ndarray,
+    sparsity: int,
+    nonnegative: bool,
+    tiny: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """OMP codes of a block from its correlations (n, K) = X D^T and the Gram matrix (K, K).
+    """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K)
+    and its `tile_maxima` (K, K / TILE).
 
     `correlations` is read only. Rows stop early when the best correlation is at most
     `tiny` or the chosen atom lies in the span of the support; their remaining slots repeat
     the atom chosen at the stop with value 0. Returns indices (n, s) int64 and values
     (n, s) of the correlations' dtype.
     """
-    n, n_atoms = correlations.shape
-    key_dtype = np.int32 if correlations.dtype == np.float32 else np.int64
+    n = correlations.shape[0]
     indices = np.empty((n, sparsity), dtype=np.int64)
     values = np.empty((n, sparsity), dtype=correlations.dtype)
-    chunk_keys = np.empty((n_atoms + CHUNK - 1) // CHUNK, dtype=key_dtype)
-    _omp_rows(correlations, gram, sparsity, nonnegative, tiny, indices, values, chunk_keys)
+    # a tile update's rounding is at most (s + 1) float eps of the magnitudes it adds up
+    margin = 4.0 * (sparsity + 1) * float(np.finfo(correlations.dtype).eps)
+    _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices, values)
     return indices, values
 
 
 @_compiled
-def _omp_rows(correlations, gram, sparsity, nonnegative, tiny, indices, values, chunk_keys):
+def _tile_maxima(gram, maxima):
+    n_atoms = gram.shape[0]
+    for atom in range(n_atoms):
+        for tile in range(maxima.shape[1]):
+            start = tile * TILE
+            largest = abs(gram[atom, start])
+            for i in range(start + 1, min(start + TILE, n_atoms)):
+                largest = max(largest, abs(gram[atom, i]))
+            maxima[atom, tile] = largest
+
+
+@_compiled
+def _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices, values):
     n_rows, n_atoms = correlations.shape
+    n_tiles = gram_tile_maxima.shape[1]
     absolute = not nonnegative
-    residual = np.empty(n_atoms, dtype=correlations.dtype)  # the row's residual correlations
+    residual = np.empty(n_atoms, dtype=correlations.dtype)  # the row's residual correlations, by tile
+    tile_keys = np.empty(n_tiles, dtype=np.int64)  # largest order key of each tile's stored entries
+    versions = np.empty(n_tiles, dtype=np.int64)  # a tile holds X D^T - G[I_v]^T history[v] for v = its version
+    bounds = np.empty(n_tiles)
+    weights = np.empty(sparsity, dtype=correlations.dtype)  # change of each coefficient in a tile update
+    history = np.zeros((sparsity + 1, sparsity))  # history[v]: coefficients of the first v support atoms
     factor = np.zeros((sparsity, sparsity))  # Cholesky factor L of G[I, I], lower triangular
     cross = np.empty(sparsity)  # w with L w = G[I, k]
     targets = np.empty(sparsity)  # x . d_i of the support atoms
     coefficients = np.zeros(sparsity)
-    previous = np.zeros(sparsity)
-    change = np.empty(sparsity, dtype=correlations.dtype)
     scratch = np.empty(sparsity)
     support = np.empty(sparsity, dtype=np.int64)
     for row in range(n_rows):
         original = correlations[row]
-        _copy_with_chunk_keys(original, residual, chunk_keys, absolute)
-        previous[:] = 0.0
+        _largest_tile_keys(original, tile_keys, absolute)
+        versions[:] = 0
         coefficients[:] = 0.0
         live = 0
         chosen = 0
         for step in range(sparsity):
-            best, chosen = _first_largest(residual, chunk_keys, absolute)
+            if step:
+                _update_candidate_tiles(
+                    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds,
+                    weights, absolute, margin,
+                )
+            best, chosen = _first_largest(original if live == 0 else residual, tile_keys, versions, live, absolute)
             if best <= tiny:
                 break
             gram_row = gram[chosen]
@@ -102,12 +145,8 @@ def _omp_rows(correlations, gram, sparsity, nonnegative, tiny, indices, values, 
             targets[step] = original[chosen]
             live = step + 1
             _cholesky_solve(factor, targets, live, scratch, coefficients)
-            if live == sparsity:
-                break
-            for j in range(live):
-                change[j] = coefficients[j] - previous[j]
-                previous[j] = coefficients[j]
-            _subtract_gram_rows(residual, gram, support, change, live, chunk_keys, absolute)
+            for j in range(sparsity):
+                history[live, j] = coefficients[j] if j < live else 0.0
         last = support[live - 1] if live == sparsity else chosen
         for j in range(sparsity):
             indices[row, j] = support[j] if j < live else last
@@ -120,7 +159,7 @@ def _omp_rows(correlations, gram, sparsity, nonnegative, tiny, indices, values, 
 def _order_key(typingctx, value, absolute):
     """An integer that orders like |value| (absolute) or value: the float's bits without the
     sign bit, or for negatives with all bits but the sign flipped. int32 for float32, int64
-    for float64. Integer maxima vectorise where float ones do not."""
+    for float64. Integer maxima vectorise where float ones do not here."""
     width = value.bitwidth
     key_type = types.int32 if width == 32 else types.int64
 
@@ -136,71 +175,138 @@ def _order_key(typingctx, value, absolute):
     return key_type(value, types.boolean), codegen
 
 
-@_compiled
-def _copy_with_chunk_keys(source, residual, chunk_keys, absolute):
-    """residual = source, and chunk_keys[c] = the largest order key of chunk c."""
-    n_atoms = source.shape[0]
-    for chunk in range(chunk_keys.shape[0]):
-        start = chunk * CHUNK
-        stop = min(start + CHUNK, n_atoms)
-        best = _order_key(source[start], absolute)
-        for i in range(start, stop):
-            value = source[i]
-            residual[i] = value
-            best = max(best, _order_key(value, absolute))
-        chunk_keys[chunk] = best
+@intrinsic
+def _key_value(typingctx, key, like):
+    """The float (of `like`'s type) whose order key is `key`: the key's transform is its own inverse."""
+    width = like.bitwidth
+
+    def codegen(context, builder, signature, args):
+        integer = ir.IntType(width)
+        bits = builder.trunc(args[0], integer) if width < 64 else args[0]
+        magnitude = ir.Constant(integer, (1 << (width - 1)) - 1)
+        negative_mask = builder.and_(builder.ashr(bits, ir.Constant(integer, width - 1)), magnitude)
+        return builder.bitcast(builder.xor(bits, negative_mask), context.get_value_type(like))
+
+    return like(types.int64, like), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, matrix, row, column):
+    """Ask the cache for the line holding matrix[row, column]; returns at once."""
+
+    def codegen(context, builder, signature, args):
+        matrix_type = signature.args[0]
+        array = context.make_array(matrix_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, matrix_type, array, [args[1], args[2]])
+        byte_pointer = builder.bitcast(pointer, ir.IntType(8).as_pointer())
+        flag = ir.IntType(32)
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer.type, flag, flag, flag]), "llvm.prefetch.p0"
+        )
+        # read, keep in all cache levels, data cache
+        builder.call(prefetch, [byte_pointer, ir.Constant(flag, 0), ir.Constant(flag, 3), ir.Constant(flag, 1)])
+        return context.get_dummy_value()
+
+    return types.void(matrix, row, column), codegen
 
 
 @_compiled
-def _first_largest(residual, chunk_keys, absolute):
-    """(largest entry or |entry|, its first index), from the chunk keys and one chunk."""
-    best = chunk_keys[0]
-    for chunk in range(1, chunk_keys.shape[0]):
-        best = max(best, chunk_keys[chunk])
-    chunk = 0
-    while chunk < chunk_keys.shape[0] - 1 and chunk_keys[chunk] != best:
-        chunk += 1
-    index = chunk * CHUNK
-    last = min(index + CHUNK, residual.shape[0]) - 1
+def _subtract(target, weight, source):
+    """target -= weight * source, for 1-d slices (a loop over slices vectorises where one
+    over index ranges of larger arrays did not)."""
+    for i in range(target.shape[0]):
+        target[i] -= weight * source[i]
+
+
+@_compiled
+def _largest_key(values, absolute):
+    """The largest order key of a 1-d slice."""
+    best = _order_key(values[0], absolute)
+    for i in range(values.shape[0]):
+        best = max(best, _order_key(values[i], absolute))
+    return best
+
+
+@_compiled
+def _largest_tile_keys(values, tile_keys, absolute):
+    """tile_keys[c] = the largest order key of tile c of `values`."""
+    n_atoms = values.shape[0]
+    for tile in range(tile_keys.shape[0]):
+        start = tile * TILE
+        tile_keys[tile] = _largest_key(values[start : min(start + TILE, n_atoms)], absolute)
+
+
+@_compiled
+def _update_candidate_tiles(
+    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds, weights, absolute, margin
+):
+    """Bring up to date (version `live`) every tile that could hold an entry at least the
+    largest up-to-date one, largest bound first. A tile of version 0 is still in `original`."""
+    n_atoms = residual.shape[0]
+    like = residual[0]
+    best = NONE
+    for tile in range(tile_keys.shape[0]):
+        stored = np.float64(_key_value(tile_keys[tile], like))
+        version = versions[tile]
+        if version == live:
+            best = max(best, stored)
+            bounds[tile] = NONE
+            continue
+        spread = 0.0
+        for j in range(live):
+            spread += abs(history[live, j] - history[version, j]) * gram_tile_maxima[support[j], tile]
+        bounds[tile] = stored + spread + margin * (abs(stored) + spread)
+    # fetch every candidate tile's Gram slices at once: one at a time, each waits on memory
+    line_entries = LINE // gram.itemsize
+    for tile in range(bounds.shape[0]):
+        if bounds[tile] >= best:
+            start = tile * TILE
+            stop = min(start + TILE, n_atoms)
+            for j in range(versions[tile], live):  # the slices of atoms already in it were read before
+                for i in range(start, stop, line_entries):
+                    _prefetch(gram, support[j], i)
+    while True:
+        tile = 0
+        for other in range(1, bounds.shape[0]):
+            if bounds[other] > bounds[tile]:
+                tile = other
+        if bounds[tile] < best or bounds[tile] == NONE:
+            return
+        start = tile * TILE
+        stop = min(start + TILE, n_atoms)
+        version = versions[tile]
+        if version == 0:
+            residual[start:stop] = original[start:stop]
+        for j in range(live):
+            weights[j] = history[live, j] - history[version, j]
+        for j in range(live):
+            if weights[j] != 0:
+                _subtract(residual[start:stop], weights[j], gram[support[j], start:stop])
+        key = _largest_key(residual[start:stop], absolute)
+        tile_keys[tile] = key
+        versions[tile] = live
+        bounds[tile] = NONE
+        best = max(best, np.float64(_key_value(key, like)))
+
+
+@_compiled
+def _first_largest(residual, tile_keys, versions, live, absolute):
+    """(largest entry or |entry| of the up-to-date tiles, its first index)."""
+    best = tile_keys[0]
+    found = False
+    for tile in range(tile_keys.shape[0]):
+        if versions[tile] == live and (not found or tile_keys[tile] > best):
+            best = tile_keys[tile]
+            found = True
+    tile = 0
+    while tile < tile_keys.shape[0] - 1 and (versions[tile] != live or tile_keys[tile] != best):
+        tile += 1
+    index = tile * TILE
+    last = min(index + TILE, residual.shape[0]) - 1
     while index < last and _order_key(residual[index], absolute) != best:
         index += 1  # the bounds only matter for NaN, which matches nothing
     value = residual[index]
     return (abs(value) if absolute else value), index
-
-
-@_compiled
-def _subtract_gram_rows(residual, gram, support, change, size, chunk_keys, absolute):
-    """residual -= sum_j change[j] * gram[support[j]] for j < size, four Gram rows per pass
-    (a short group repeats its first row with weight 0); the last pass takes the chunk keys."""
-    n_atoms = residual.shape[0]
-    zero = change[0] - change[0]
-    for first in range(0, size, 4):
-        count = min(4, size - first)
-        row0 = gram[support[first]]
-        row1 = gram[support[first + 1]] if count > 1 else row0
-        row2 = gram[support[first + 2]] if count > 2 else row0
-        row3 = gram[support[first + 3]] if count > 3 else row0
-        weight0 = change[first]
-        weight1 = change[first + 1] if count > 1 else zero
-        weight2 = change[first + 2] if count > 2 else zero
-        weight3 = change[first + 3] if count > 3 else zero
-        if first + count < size:
-            for i in range(n_atoms):
-                residual[i] -= weight0 * row0[i] + weight1 * row1[i] + weight2 * row2[i] + weight3 * row3[i]
-            continue
-        for chunk in range(chunk_keys.shape[0]):
-            start = chunk * CHUNK
-            stop = min(start + CHUNK, n_atoms)
-            value = residual[start] - (
-                weight0 * row0[start] + weight1 * row1[start] + weight2 * row2[start] + weight3 * row3[start]
-            )
-            residual[start] = value
-            best = _order_key(value, absolute)
-            for i in range(start + 1, stop):
-                value = residual[i] - (weight0 * row0[i] + weight1 * row1[i] + weight2 * row2[i] + weight3 * row3[i])
-                residual[i] = value
-                best = max(best, _order_key(value, absolute))
-            chunk_keys[chunk] = best
 
 
 @_compiled

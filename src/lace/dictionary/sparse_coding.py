@@ -162,7 +162,10 @@ def _fused_omp(
         torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
     with record_function("omp/fused_rows"):
         tiny = torch.finfo(atoms.dtype).eps * 16
-        indices, values = fused_omp.omp_rows(correlations.numpy(), buffers.gram_rows(gram), sparsity, nonnegative, tiny)
+        gram_rows, gram_tile_maxima = buffers.gram_tables(gram)
+        indices, values = fused_omp.omp_rows(
+            correlations.numpy(), gram_rows, gram_tile_maxima, sparsity, nonnegative, tiny
+        )
     return torch.from_numpy(indices), torch.from_numpy(values)
 
 
@@ -266,18 +269,19 @@ def _largest(correlations: Tensor, absolute: bool) -> tuple[Tensor, Tensor]:
 
 class _OmpBuffers:
     """The (n, K) residual correlations of one block of rows, allocated once and reused by
-    every block (a fresh large tensor per block costs page faults), and the Gram matrix as
-    the contiguous array the fused kernel reads, made once."""
+    every block (a fresh large tensor per block costs page faults), and the fused kernel's
+    tables of the Gram matrix, made once."""
 
     def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device):
         self.correlations = torch.empty(rows, n_atoms, dtype=dtype, device=device)
-        self._gram_rows = None
+        self._gram_tables = None
 
-    def gram_rows(self, gram: Tensor):
-        """(K, K) numpy array of `gram`, contiguous rows."""
-        if self._gram_rows is None:
-            self._gram_rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
-        return self._gram_rows
+    def gram_tables(self, gram: Tensor):
+        """`gram` as a (K, K) numpy array with contiguous rows, and its (K, K / TILE) tile maxima."""
+        if self._gram_tables is None:
+            rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
+            self._gram_tables = rows, fused_omp.tile_maxima(rows)
+        return self._gram_tables
 
 
 def _topk(
