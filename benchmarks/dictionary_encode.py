@@ -15,9 +15,11 @@ coders are timed alternately in one process, best of --repeats, so that a busy m
 slows them alike; the load average is printed with the figures. On CPU the times are the
 process's CPU time (one thread, so on an idle machine the same as wall time, and on a
 shared one not inflated by waiting for a core); wall times are in the JSON too. Times
-include the Gram matrix D D^T. One thread.
+include the Gram matrix D D^T. One thread. On CPU lace runs its fused kernel, compiled
+with numba: its first call (compilation, or a load from numba's on-disk cache) is timed
+apart and not in the figures; --kernel torch times the batched torch kernel instead.
 
-Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu]
+Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu] [--kernel torch]
 The last printed line is one JSON object.
 """
 
@@ -34,6 +36,7 @@ from sklearn.decomposition import sparse_encode
 from threadpoolctl import threadpool_limits
 from torch.profiler import ProfilerActivity, profile
 
+from lace.dictionary import fused_omp
 from lace.dictionary.sparse_coding import (
     CPU_BLOCK_ROWS,
     DEVICE_BLOCK_ROWS,
@@ -44,8 +47,11 @@ from lace.dictionary.sparse_coding import (
 
 WALL: list[float] = []  # wall time of every `timed` call, in order
 
-STAGES = {  # profiler label -> row of the stage table
+STAGES = {  # profiler label -> row of the stage table; rows of the kernel not run stay out
+    "encode/gram": "Gram D D^T (once)",
+    "omp/tile_maxima": "tile maxima of the Gram (once)",
     "omp/product": "product X D^T",
+    "omp/fused_rows": "fused per-row OMP (compiled)",
     "omp/argmax": "arg-max scans over (B, K)",
     "omp/cholesky": "Cholesky update, coefficients (B, s, s)",
     "omp/correlation_update": "Gram update of correlations (B, K)",
@@ -88,19 +94,31 @@ def timed(function, device: torch.device):
 
 
 def stage_profile(x: torch.Tensor, atoms: torch.Tensor, sparsity: int, nonnegative: bool,
-                  chunk: int | None) -> dict[str, float]:
+                  chunk: int | None, kernel: str | None) -> dict[str, float]:
     """Seconds per stage of encoding `x` (CPU time of each labelled stage; 'other' is the rest)."""
-    encode(x[:256], atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk)  # warm up
+    encode(x[:256], atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel)  # warm up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         start = time.perf_counter()
-        encode(x, atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk)
+        encode(x, atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel)
         total = time.perf_counter() - start
     seconds = {name: 0.0 for name in STAGES}
     for event in profiler.key_averages():
         if event.key in seconds:
             seconds[event.key] = event.cpu_time_total / 1e6
-    seconds["other"] = max(total - sum(seconds.values()), 0.0)  # Python, allocation, Gram, concatenation
+    seconds["other"] = max(total - sum(seconds.values()), 0.0)  # Python, allocation, concatenation
     return seconds
+
+
+def first_call_seconds(x: torch.Tensor, atoms: torch.Tensor, sparsity: int) -> tuple[float, str]:
+    """Wall seconds of the first OMP calls (both selection rules) on a few rows: numba's compilation
+    of the fused kernel, or its load from the on-disk cache; and which of the two it was."""
+    start = time.perf_counter()
+    for nonnegative in (False, True):
+        encode(x[:4], atoms[:64], min(sparsity, 64), nonnegative=nonnegative)
+    seconds = time.perf_counter() - start
+    hits = sum(fused_omp._omp_rows.stats.cache_hits.values())
+    return seconds, "loaded from cache" if hits else "compiled"
+
 
 
 def main() -> int:
@@ -114,12 +132,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="alternated timings; the best of each is kept")
     parser.add_argument("--profile-n", type=int, default=16384, help="rows of the per-stage profile")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--kernel", choices=("fused", "torch"), default=None,
+                        help="lace's OMP kernel (default: fused on CPU, torch elsewhere)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
 
     x, atoms = synthetic(args.n, args.atoms, args.dim, args.sparsity)
     x, atoms = x.to(device), atoms.to(device)
+    fused = device.type == "cpu" and args.kernel != "torch"
+    compile_s, compile_source = first_call_seconds(x, atoms, args.sparsity) if fused else (0.0, "")
     block_rows = args.chunk_size or (CPU_BLOCK_ROWS if device.type == "cpu" else DEVICE_BLOCK_ROWS)
 
     def floor(rows: int):
@@ -129,7 +151,8 @@ def main() -> int:
         return product
 
     def lace(nonnegative: bool):
-        return lambda: encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size)
+        return lambda: encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+                              kernel=args.kernel)
 
     floors, plains, nonnegs = [], [], []
     wall_floors, wall_plains, wall_nonnegs = [], [], []
@@ -166,7 +189,8 @@ def main() -> int:
     stages = {}
     if device.type == "cpu":
         profiled = x[: args.profile_n]
-        stages = {kind: stage_profile(profiled, atoms, args.sparsity, kind == "nonnegative", args.chunk_size)
+        stages = {kind: stage_profile(profiled, atoms, args.sparsity, kind == "nonnegative", args.chunk_size,
+                                      args.kernel)
                   for kind in ("plain", "nonnegative")}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     lace_rate, peer_rate = args.n / lace_s, args.peer_n / peer_s
@@ -182,19 +206,23 @@ def main() -> int:
     print(f"{'scikit-learn OMP (n=' + str(args.peer_n) + ')':<34}{peer_rate:>12.0f}{peer_error:>12.5f}"
           f"{peer_s:>10.2f}")
     print(f"largest code difference lace vs scikit-learn on the subset: {code_gap:.2e}")
+    if compile_s:
+        print(f"fused kernel's first call (not in the times above): {compile_s:.2f} s, {compile_source}")
     if stages:
         print(f"\nwhere the time goes (profile of the first {args.profile_n} rows; ms per 1k rows, share)")
         print(f"{'stage':<40}{'plain':>16}{'non-negative':>18}")
         for key in (*STAGES, "other"):
+            if not any(stages[kind][key] for kind in stages):
+                continue  # a stage of the kernel that did not run
             cells = ""
             for kind in ("plain", "nonnegative"):
                 total = sum(stages[kind].values())
                 value = stages[kind][key]
                 cells += f"{1e6 * value / args.profile_n:>10.2f} {100 * value / total:>4.0f}%"
                 cells += "  " if kind == "plain" else ""
-            print(f"{STAGES.get(key, 'other (Python, allocation, Gram D D^T)'):<40}{cells}")
+            print(f"{STAGES.get(key, 'other (Python, allocation, copies)'):<40}{cells}")
     print(json.dumps({
-        "benchmark": "dictionary_encode",
+        "benchmark": "dictionary_encode", "kernel": "fused" if fused else "torch",
         "n": args.n, "dim": args.dim, "atoms": args.atoms, "sparsity": args.sparsity, "device": str(device),
         "floor_rows_per_s": round(args.n / floor_s, 1),
         "lace_rows_per_s": round(lace_rate, 1), "lace_nonnegative_rows_per_s": round(args.n / nonneg_s, 1),
@@ -210,6 +238,7 @@ def main() -> int:
                    "lace_nonnegative": round(wall_nonneg_s, 2)},
         "wall_vs_floor_ratio": round(wall_lace_s / wall_floor_s, 2),
         "wall_nonnegative_vs_floor_ratio": round(wall_nonneg_s / wall_floor_s, 2),
+        "compile_s": round(compile_s, 2), "compile_source": compile_source,
         "stage_ms_per_1k_rows": {kind: {key: round(1e6 * value / args.profile_n, 3) for key, value in figures.items()}
                                  for kind, figures in stages.items()},
         "repeats": args.repeats, "load_average": [round(value, 2) for value in load],

@@ -85,13 +85,12 @@ def omp_rows(
 @_compiled
 def _tile_maxima(gram, maxima):
     n_atoms = gram.shape[0]
+    like = gram[0, 0]
     for atom in range(n_atoms):
         for tile in range(maxima.shape[1]):
             start = tile * TILE
-            largest = abs(gram[atom, start])
-            for i in range(start + 1, min(start + TILE, n_atoms)):
-                largest = max(largest, abs(gram[atom, i]))
-            maxima[atom, tile] = largest
+            key = _largest_key(gram[atom, start : min(start + TILE, n_atoms)], True)
+            maxima[atom, tile] = _key_value(key, like)
 
 
 @_compiled

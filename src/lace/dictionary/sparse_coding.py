@@ -104,7 +104,8 @@ def encode(
         raise ValueError(f"sparsity: expected 1..{n_atoms}, got {sparsity}")
     x = x.to(atoms.dtype)
     if gram is None:
-        gram = atoms @ atoms.T
+        with record_function("encode/gram"):
+            gram = atoms @ atoms.T
     if chunk_size is None:
         chunk_size = CPU_BLOCK_ROWS if atoms.device.type == "cpu" else DEVICE_BLOCK_ROWS
     buffers = None
@@ -279,8 +280,9 @@ class _OmpBuffers:
     def gram_tables(self, gram: Tensor):
         """`gram` as a (K, K) numpy array with contiguous rows, and its (K, K / TILE) tile maxima."""
         if self._gram_tables is None:
-            rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
-            self._gram_tables = rows, fused_omp.tile_maxima(rows)
+            with record_function("omp/tile_maxima"):
+                rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
+                self._gram_tables = rows, fused_omp.tile_maxima(rows)
         return self._gram_tables
 
 
