@@ -10,7 +10,7 @@ Parts of the LACE step are timed on their own: sparse coding + edits (both sides
 the extra logits (LACE loss minus CLIP loss, forward). Median over repeats.
 A third setting times LACE-local the way `lace train` runs it: the demo's lace-micro-rn-32 at
 batch 128 on drawn world scenes, plain against plain + M local image negatives at layer L
-(`fit_training_editor`, `local_image_negatives`), interleaved.
+(`fit_training_editor`, `LocalImagePass`), interleaved.
 Last line: one JSON object.
 
     PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2]
@@ -36,7 +36,7 @@ from lace.edits import CounterfactualEditor
 from lace.encoders import load_encoder
 from lace.losses import clip_loss, lace_loss
 from lace.train.config import TrainConfig
-from lace.train.local_arm import fit_training_editor, local_image_negatives
+from lace.train.local_arm import LocalImagePass, fit_training_editor
 from lace.train.optim import build_optimizer
 
 # world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
@@ -140,12 +140,13 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
 
     def step(local: bool) -> None:
         start = time.perf_counter()
-        U, V, scale = encoder(pixels, tokens)
-        if local:
-            negatives, ok = local_image_negatives(editor, encoder.model, pixels, n_edits, seeds)
-            valid.append(float(ok.float().mean()))
-            loss = lace_loss(U, V, scale, image_negatives=negatives, image_valid=ok)
+        if local:  # as `lace train` runs it: U and the negatives from one pass of the image tower
+            image_pass = LocalImagePass(editor, encoder.model, n_edits, seeds)
+            U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
+            valid.append(float(image_pass.valid.float().mean()))
+            loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
         else:
+            U, V, scale = encoder(pixels, tokens)
             loss = clip_loss(U, V, scale)
         loss.backward()
         optimizer.step()

@@ -30,6 +30,20 @@ def neighbourhoods(features: Tensor, grid: tuple[int, int], window: int) -> Tens
     return patches.transpose(1, 2)
 
 
+def neighbourhood_rows(features: Tensor, grid: tuple[int, int], window: int, rows: Tensor,
+                       positions: Tensor) -> Tensor:
+    """The rows `neighbourhoods(features, grid, window)[rows, positions]` (K, window^2 C), gathered for the K
+    (image, position) pairs only: (B, P, C) features, (K,) image rows and (K,) positions on the (H, W) grid."""
+    batch, _, channels = features.shape
+    pad = window // 2
+    maps = F.pad(features.transpose(1, 2).reshape(batch, channels, *grid), (pad, pad, pad, pad))
+    offsets = torch.arange(window, device=features.device)
+    down = (positions // grid[1])[:, None, None] + offsets[None, :, None]  # (K, window, 1)
+    across = (positions % grid[1])[:, None, None] + offsets[None, None, :]  # (K, 1, window)
+    patches = maps[rows[:, None, None], :, down, across]  # (K, window, window, C)
+    return patches.permute(0, 3, 1, 2).reshape(len(rows), channels * window * window)  # unfold's order
+
+
 def coverage_bucket(coverage: Tensor, n_buckets: int, min_coverage: float) -> Tensor:
     """Coverage in [0, 1] -> bucket 0 (not covered) or 1 .. n_buckets, same shape, long."""
     bucket = (coverage * n_buckets).ceil().clamp(1, n_buckets).long()
