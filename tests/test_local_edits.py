@@ -194,6 +194,12 @@ def test_neighbourhood_rows_are_the_unfolded_neighbourhoods():
     for window in (1, 3):
         expected = neighbourhoods(features, (4, 5), window)[rows, positions]
         torch.testing.assert_close(neighbourhood_rows(features, (4, 5), window, rows, positions), expected)
+    described = neighbourhoods(features, (4, 5), 3)  # (B, P, 9 C): the centre is the middle C
+    torch.testing.assert_close(described[..., 4 * 5 : 5 * 5], features)
+    torch.testing.assert_close(described[:, 6, :5], features[:, 0])  # above-left of (1, 1) is (0, 0)
+    assert (described[:, 0, :5] == 0).all()  # above-left of (0, 0) is padding
+    by_unfold = torch.nn.functional.unfold(features.transpose(1, 2).reshape(3, 5, 4, 5), 3, padding=1)  # (B, 5 x 9, P)
+    torch.testing.assert_close(described, by_unfold.reshape(3, 5, 9, 20).permute(0, 3, 2, 1).reshape(3, 20, 45))
 
 
 def test_recolour_move_is_the_regression_of_each_pair_at_the_halo_only():
@@ -233,3 +239,18 @@ def test_training_pass_of_the_editor_is_the_plain_pass_for_the_originals(resnet)
     torch.testing.assert_close(negatives.original, plain.encode_images(pixels[:8]))
     for (name, value), (_, expected) in zip(training.model.visual.named_buffers(), plain.model.visual.named_buffers()):
         torch.testing.assert_close(value, expected, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_window_transport_without_covariance_moves_the_centre_by_the_mean_difference():
+    generator = torch.Generator().manual_seed(7)
+    train, concepts, coverage = _concept_maps(300, generator, channels=6)
+    transport = GaussianTransport(n_buckets=1, window=3, covariance=False, min_positions=1)
+    transport.fit(train, GRID, concepts, coverage, 4)
+    source, target = concepts[:5, 0], (concepts[:5, 0] + 1) % 4
+    step = transport.move(train[:5], GRID, coverage[:5, 0], source, target)
+    for b in range(5):
+        centre = slice(4 * 6, 5 * 6)  # the position's own channels in its 3 x 3 neighbourhood
+        expected = (transport.means_[target[b], 0, centre] - transport.means_[source[b], 0, centre]).float()
+        moved = coverage[b, 0] > 0
+        torch.testing.assert_close(step[b, moved], expected.expand(int(moved.sum()), -1))
+        assert (step[b, ~moved] == 0).all()
