@@ -94,7 +94,7 @@ def main() -> None:
     def step(local: bool) -> float:
         begin = time.perf_counter()
         if local:  # one image pass: the unedited embeddings come out of the editor's batched upper layers
-            negatives = editor.negatives(encoder.model, pixels, args.n_edits, with_original=True)
+            negatives = editor.negatives(encoder.model, pixels, args.n_edits)
             texts, scale = encoder.encode_tokens(tokens), encoder.logit_scale.exp()
             loss = lace_loss(negatives.original, texts, scale, image_negatives=negatives.embeddings,
                              image_valid=negatives.valid)

@@ -10,7 +10,8 @@ Parts of the LACE step are timed on their own: sparse coding + edits (both sides
 the extra logits (LACE loss minus CLIP loss, forward). Median over repeats.
 A third setting times LACE-local the way `lace train` runs it: the demo's lace-micro-rn-32 at
 batch 128 on drawn world scenes, plain against plain + M local image negatives at layer L
-(`fit_training_editor`, `local_image_negatives`), interleaved.
+(`fit_training_editor`, `LocalImagePass`), interleaved with its floor: the same step with M unedited
+copies of each map in place of the edited ones (what the extra upper-layer maps cost without any editing).
 Last line: one JSON object.
 
     PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2]
@@ -34,9 +35,10 @@ from lace.concepts.vocabulary import load_vocabulary
 from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.edits import CounterfactualEditor
 from lace.encoders import load_encoder
+from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
 from lace.train.config import TrainConfig
-from lace.train.local_arm import fit_training_editor, local_image_negatives
+from lace.train.local_arm import LocalImagePass, fit_training_editor
 from lace.train.optim import build_optimizer
 
 # world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
@@ -134,33 +136,49 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
     pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
     optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
     seeds = list(range(batch))
-    times: dict[str, list[float]] = {"plain": [], "local": []}
     valid = []
     encoder.train()
+    split = ImageTowerSplit(encoder.model, layer)
 
-    def step(local: bool) -> None:
+    def unedited_copies(pixels: torch.Tensor) -> torch.Tensor:
+        """The floor of the local pass: the upper layers on the maps and M unedited copies, no editing."""
+        features = split.lower(pixels)
+        embeddings = split.upper(features.repeat(1 + n_edits, 1, 1), reference_rows=batch)
+        unedited_copies.negatives = embeddings[batch:].reshape(n_edits, batch, -1).transpose(0, 1)
+        return embeddings[:batch]
+
+    def step(kind: str) -> None:
         start = time.perf_counter()
-        U, V, scale = encoder(pixels, tokens)
-        if local:
-            negatives, ok = local_image_negatives(editor, encoder.model, pixels, n_edits, seeds)
-            valid.append(float(ok.float().mean()))
-            loss = lace_loss(U, V, scale, image_negatives=negatives, image_valid=ok)
+        if kind == "local":  # as `lace train` runs it: U and the negatives from one pass of the image tower
+            image_pass = LocalImagePass(editor, encoder.model, n_edits, seeds)
+            U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
+            valid.append(float(image_pass.valid.float().mean()))
+            loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
+        elif kind == "floor":
+            U, V, scale = encoder(pixels, tokens, encode_images=unedited_copies)
+            loss = lace_loss(U, V, scale, image_negatives=unedited_copies.negatives,
+                             image_valid=torch.ones(batch, n_edits, dtype=torch.bool))
         else:
+            U, V, scale = encoder(pixels, tokens)
             loss = clip_loss(U, V, scale)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        times["local" if local else "plain"].append(time.perf_counter() - start)
+        times[kind].append(time.perf_counter() - start)
 
-    step(False)
-    step(True)  # warm-up
-    times = {"plain": [], "local": []}
+    kinds = ("plain", "local", "floor")
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for kind in kinds:  # warm-up
+        step(kind)
+    times = {kind: [] for kind in kinds}
     for _ in range(repeats):
-        step(False)
-        step(True)
-    plain, local = statistics.median(times["plain"]), statistics.median(times["local"])
+        for kind in kinds:
+            step(kind)
+    plain, local, floor = (statistics.median(times[kind]) for kind in kinds)
     return {"setting": "world micro-rn, LACE-local", "model": "lace-micro-rn-32", "batch": batch, "n_edits": n_edits,
             "layer": layer, "plain_ms": 1e3 * plain, "local_ms": 1e3 * local, "local_over_plain": local / plain,
+            # the same step with the edits left out: the upper layers' extra maps alone
+            "floor_ms": 1e3 * floor, "floor_over_plain": floor / plain,
             "valid_edit_share": statistics.mean(valid), "editor_fit_seconds": fit_seconds, "fit_images": fit_images}
 
 
@@ -190,7 +208,8 @@ def main() -> None:
     local = time_local(args.local_n_edits, args.repeats, args.local_layer, pretrained=args.local_pretrained)
     print(f"{local['setting']:<22} {local['batch']:>5} {local['plain_ms']:>9.1f} local {local['local_ms']:.1f} ms "
           f"(M = {local['n_edits']} at {local['layer']}; valid {local['valid_edit_share']:.2f}) "
-          f"local/plain {local['local_over_plain']:.3f}; editor fit {local['editor_fit_seconds']:.1f}s")
+          f"local/plain {local['local_over_plain']:.3f} (floor, no edits: {local['floor_over_plain']:.3f}); "
+          f"editor fit {local['editor_fit_seconds']:.1f}s")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
     if torch.cuda.is_available():
         peak_gb = torch.cuda.max_memory_allocated() / 2**30

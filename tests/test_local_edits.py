@@ -1,3 +1,5 @@
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -17,9 +19,9 @@ from lace.local.editor import fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
-from lace.local.recolour import grey_preserving_map, halo
+from lace.local.recolour import RecolourRegression, grey_preserving_map, halo
 from lace.local.towers import ImageTowerSplit
-from lace.local.transport import GaussianTransport
+from lace.local.transport import GaussianTransport, neighbourhood_rows, neighbourhoods
 
 GRID = (4, 4)
 
@@ -180,6 +182,75 @@ def test_original_embeddings_from_the_editor_pass_equal_the_encoder(resnet):
                               transport=GaussianTransport(n_buckets=1, window=1, min_positions=1),
                               reader=PositionConceptReader(steps=30))
     with torch.no_grad():
-        negatives = editor.negatives(resnet.model, pixels[:5], n_edits=2, with_original=True)
+        negatives = editor.negatives(resnet.model, pixels[:5], n_edits=2)
         torch.testing.assert_close(negatives.original, resnet.encode_images(pixels[:5]))
     assert negatives.embeddings.shape == (5, 2, resnet.embed_dim)
+
+
+def test_neighbourhood_rows_are_the_unfolded_neighbourhoods():
+    generator = torch.Generator().manual_seed(4)
+    features = torch.randn(3, 20, 5, generator=generator)  # (B, P, C) on a 4 x 5 grid
+    rows, positions = torch.tensor([0, 2, 2, 1, 0]), torch.tensor([0, 19, 7, 4, 15])
+    for window in (1, 3):
+        expected = neighbourhoods(features, (4, 5), window)[rows, positions]
+        torch.testing.assert_close(neighbourhood_rows(features, (4, 5), window, rows, positions), expected)
+    described = neighbourhoods(features, (4, 5), 3)  # (B, P, 9 C): the centre is the middle C
+    torch.testing.assert_close(described[..., 4 * 5 : 5 * 5], features)
+    torch.testing.assert_close(described[:, 6, :5], features[:, 0])  # above-left of (1, 1) is (0, 0)
+    assert (described[:, 0, :5] == 0).all()  # above-left of (0, 0) is padding
+    by_unfold = torch.nn.functional.unfold(features.transpose(1, 2).reshape(3, 5, 4, 5), 3, padding=1)  # (B, 5 x 9, P)
+    torch.testing.assert_close(described, by_unfold.reshape(3, 5, 9, 20).permute(0, 3, 2, 1).reshape(3, 20, 45))
+
+
+def test_recolour_move_is_the_regression_of_each_pair_at_the_halo_only():
+    generator = torch.Generator().manual_seed(5)
+    grid, channels, n_concepts = (4, 4), 3, 3
+    operator = RecolourRegression(min_coverage=0.1)
+    operator.n_concepts_ = n_concepts
+    operator.weights_ = {pair: torch.randn(9 * channels + 1, channels, generator=generator)
+                         for pair in [(0, 1), (1, 0), (2, 0)]}  # (1, 2), (0, 2), (2, 1) never learnt
+    features = torch.randn(6, 16, channels, generator=generator)
+    coverage = (torch.rand(6, 16, generator=generator) > 0.8).float()
+    source, target = torch.tensor([0, 1, 2, 1, 0, 2]), torch.tensor([1, 0, 0, 2, 2, 1])
+    step = operator.move(features, grid, coverage, source, target)
+    inputs = torch.cat([neighbourhoods(features, grid, 3), torch.ones(6, 16, 1)], dim=2)  # (B, P, D + 1)
+    near = halo(coverage, grid) > 0.1
+    for b in range(6):
+        weights = operator.weights_.get((int(source[b]), int(target[b])), torch.zeros(9 * channels + 1, channels))
+        torch.testing.assert_close(step[b], (inputs[b] @ weights) * near[b, :, None])
+    assert (step[3:].abs().sum() == 0) and (step[:3].abs().sum() > 0)
+
+
+def test_training_pass_of_the_editor_is_the_plain_pass_for_the_originals(resnet):
+    pixels, captions, vocabulary = _world_batch(32)
+    editor = fit_local_editor(resnet.model, pixels, captions, vocabulary, "layer1",
+                              transport=GaussianTransport(n_buckets=1, window=1, min_positions=1),
+                              reader=PositionConceptReader(steps=30))
+    generator = torch.Generator().manual_seed(6)
+
+    def large_steps(features, grid, n_edits, objects):  # whatever edits the tiny random tower finds
+        steps = 3 * torch.randn(*features.shape[:1], n_edits, *features.shape[1:], generator=generator)
+        return steps, torch.ones(features.shape[0], n_edits, dtype=torch.bool), ["swap"] * n_edits
+
+    editor.steps = large_steps
+    training, plain = copy.deepcopy(resnet).train(), copy.deepcopy(resnet).train()
+    negatives = editor.negatives(training.model, pixels[:8], n_edits=2)
+    assert (negatives.embeddings - negatives.original[:, None]).norm(dim=-1).min() > 0.01
+    torch.testing.assert_close(negatives.original, plain.encode_images(pixels[:8]))
+    for (name, value), (_, expected) in zip(training.model.visual.named_buffers(), plain.model.visual.named_buffers()):
+        torch.testing.assert_close(value, expected, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_window_transport_without_covariance_moves_the_centre_by_the_mean_difference():
+    generator = torch.Generator().manual_seed(7)
+    train, concepts, coverage = _concept_maps(300, generator, channels=6)
+    transport = GaussianTransport(n_buckets=1, window=3, covariance=False, min_positions=1)
+    transport.fit(train, GRID, concepts, coverage, 4)
+    source, target = concepts[:5, 0], (concepts[:5, 0] + 1) % 4
+    step = transport.move(train[:5], GRID, coverage[:5, 0], source, target)
+    for b in range(5):
+        centre = slice(4 * 6, 5 * 6)  # the position's own channels in its 3 x 3 neighbourhood
+        expected = (transport.means_[target[b], 0, centre] - transport.means_[source[b], 0, centre]).float()
+        moved = coverage[b, 0] > 0
+        torch.testing.assert_close(step[b, moved], expected.expand(int(moved.sum()), -1))
+        assert (step[b, ~moved] == 0).all()

@@ -67,7 +67,15 @@ class DualEncoder(torch.nn.Module, ABC):
         return self.encode_tokens(self.tokenize(list(texts)))
 
     def forward(
-        self, pixels: torch.Tensor, tokens: torch.Tensor
+        self, pixels: torch.Tensor, tokens: torch.Tensor,
+        encode_images: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Training pass: (B, d) image and (B, d) text unit vectors, and `logit_scale.exp()`."""
-        return self.encode_images(pixels), self.encode_tokens(tokens), self.logit_scale.exp()
+        """Training pass: (B, d) image and (B, d) text unit vectors, and `logit_scale.exp()`.
+
+        encode_images: the image pass to run instead of `self.encode_images` ((B, 3, H, W) pixels on the
+        model's device -> (B, d) unit vectors with gradient), for a step that makes more of the image
+        tower's pass than U (LACE-local's edited maps); it runs inside this call, so a data-parallel
+        wrapper sees it as part of the forward pass.
+        """
+        images = self.encode_images(pixels) if encode_images is None else encode_images(pixels.to(self.device))
+        return images, self.encode_tokens(tokens), self.logit_scale.exp()

@@ -5,6 +5,7 @@
     negatives = editor.negatives(encoder.model, pixels, n_edits=2)  # pixels: model input
     negatives.embeddings  # (B, M, d) unit, gradient through the layers above and below L
     negatives.valid       # (B, M) bool: rows without a valid edit get no extra negative there
+    negatives.original    # (B, d) the unedited images' embeddings, from the same pass
 
 Slot 0 is the binding swap (the two found objects exchange their concepts); slots 1 .. M-1
 transplant a concept no object has onto one object's positions (objects alternate).
@@ -30,13 +31,13 @@ from lace.local.transport import GaussianTransport
 @dataclass
 class LocalNegatives:
     """embeddings (B, M, d) unit; valid (B, M) bool; kinds: the edit of each slot; objects found;
-    original (B, d) the unedited images' unit embeddings from the same pass (when asked for)."""
+    original (B, d) the unedited images' unit embeddings from the same pass."""
 
     embeddings: Tensor
     valid: Tensor
     kinds: list[str]
     objects: FoundObjects
-    original: Tensor | None = None
+    original: Tensor
 
 
 class LocalImageEditor:
@@ -101,16 +102,15 @@ class LocalImageEditor:
         scores.scatter_(1, objects.concept, -1.0)
         return scores.argmax(dim=1)
 
-    def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False,
-                  with_original: bool = False) -> LocalNegatives:
-        """(B, 3, H, W) pixels -> `LocalNegatives` with (B, M) unit embeddings, M = n_edits.
+    def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False) -> LocalNegatives:
+        """(B, 3, H, W) pixels -> `LocalNegatives`: (B, M) unit embeddings of the edits, M = n_edits, and the (B, d)
+        unedited embeddings, all from one pass of the tower.
 
+        The lower tower runs once; the upper layers run once on the B unedited and B x M edited maps
+        together, with BatchNorm statistics taken from the unedited maps alone (`lace.local.batch_norm`):
+        the unedited embeddings are the encoder's own (use them as U, so a training step runs the image
+        tower once), and each edited map is normalised as its unedited map is.
         control: replace every step by the same-size random step at the same positions.
-        with_original: also return the unedited embeddings (B, d), computed in the same pass, so a
-        training step need not run the image tower a second time (use them as U; in training mode
-        BatchNorm then normalises them with the statistics of the whole B x (1 + M) batch).
-        The upper layers run once on all B * M edited feature maps (BatchNorm layers in training mode
-        therefore see the edited batch's statistics).
         """
         if n_edits < 1:
             raise ValueError(f"n_edits: expected >= 1, got {n_edits}")
@@ -124,13 +124,11 @@ class LocalImageEditor:
         if split.n_prefix:
             steps = torch.cat([steps.new_zeros(*steps.shape[:2], split.n_prefix, steps.shape[-1]), steps], dim=2)
         edited = features.unsqueeze(1) + steps.to(features.dtype)  # (B, M, P_all, C)
-        if with_original:
-            edited = torch.cat([features.unsqueeze(1), edited], dim=1)  # (B, 1 + M, P_all, C)
-        batch, slots = edited.shape[:2]
-        embeddings = split.upper(edited.reshape(batch * slots, *edited.shape[2:])).reshape(batch, slots, -1)
-        if with_original:
-            return LocalNegatives(embeddings[:, 1:], valid, kinds, objects, original=embeddings[:, 0])
-        return LocalNegatives(embeddings, valid, kinds, objects)
+        batch = features.shape[0]
+        maps = torch.cat([features, edited.transpose(0, 1).reshape(batch * n_edits, *features.shape[1:])])
+        embeddings = split.upper(maps, reference_rows=batch)  # (B (1 + M), d): the originals, then slot by slot
+        negatives = embeddings[batch:].reshape(n_edits, batch, -1).transpose(0, 1)  # (B, M, d)
+        return LocalNegatives(negatives, valid, kinds, objects, original=embeddings[:batch])
 
 
 def group_mentions(vocabulary: Vocabulary, group: str, captions_per_image: list[list[str]]) -> tuple[Tensor, list[str]]:

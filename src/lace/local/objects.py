@@ -33,7 +33,7 @@ def find_objects(reader: PositionConceptReader, features: Tensor, n_objects: int
     Each position goes to at most one object: the one whose concept it most likely shows.
     """
     probabilities = reader.probabilities(features)  # (B, P, 1 + G)
-    presence = reader.presence(features)  # (B, G)
+    presence = reader.presence(features, probabilities)  # (B, G)
     top, concept = presence.topk(n_objects, dim=1)  # (B, n)
     shown = probabilities[..., 1:].gather(2, concept[:, None, :].expand(-1, probabilities.shape[1], -1))  # (B, P, n)
     owner = shown.argmax(dim=2, keepdim=True)  # (B, P, 1)

@@ -24,7 +24,7 @@ from torch import Tensor
 from lace.local.objects import find_objects, resize_objects
 from lace.local.reader import PositionConceptReader
 from lace.local.towers import ImageTowerSplit, region_features
-from lace.local.transport import neighbourhoods
+from lace.local.transport import neighbourhood_rows, neighbourhoods
 
 
 def grey_preserving_map(source: Tensor, target: Tensor) -> Tensor:
@@ -99,22 +99,34 @@ class RecolourRegression:
         return self
 
     def _stacked(self) -> Tensor:
-        """(G, G, D + 1, C) every pair's weights, zero for pairs never learnt (no move)."""
+        """(G G, D + 1, C) every ordered pair's weights, row a G + b for (a, b); zero for pairs never learnt."""
         if getattr(self, "_stacked_weights", None) is None:
             some = next(iter(self.weights_.values()))
-            stacked = some.new_zeros(self.n_concepts_, self.n_concepts_, *some.shape)
+            stacked = some.new_zeros(self.n_concepts_ * self.n_concepts_, *some.shape)
             for (source, target), weights in self.weights_.items():
-                stacked[source, target] = weights
+                stacked[source * self.n_concepts_ + target] = weights
             self._stacked_weights = stacked
         return self._stacked_weights
 
     def move(self, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
              target: Tensor) -> Tensor:
-        """The step (B, P, C) that recolours each image's object (coverage (B, P)) from `source` to `target` (B,)."""
+        """The step (B, P, C) that recolours each image's object (coverage (B, P)) from `source` to `target` (B,).
+
+        Only the positions near the object move, so only their neighbourhoods are gathered, and each concept
+        pair's regression runs once on all of its positions (pairs never learnt have zero weights: no move).
+        """
         with torch.no_grad():
-            described = neighbourhoods(features.detach().float(), grid, self.window)  # (B, P, D)
-            inputs = torch.cat([described, described.new_ones(*described.shape[:2], 1)], dim=2)  # (B, P, D + 1)
-            near = halo(coverage, grid) > self.min_coverage  # (B, P)
-            weights = self._stacked().to(features.device)[source, target]  # (B, D + 1, C)
-            step = torch.einsum("bpd,bdc->bpc", inputs, weights) * near[..., None]
+            values = features.detach().float()
+            step = torch.zeros_like(values)
+            rows, positions = (halo(coverage, grid) > self.min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
+            pair = source[rows] * self.n_concepts_ + target[rows]  # (K,)
+            pair, order = pair.sort()
+            rows, positions = rows[order], positions[order]
+            inputs = neighbourhood_rows(values, grid, self.window, rows, positions)  # (K, D), grouped by pair
+            weights = self._stacked().to(values.device)
+            codes, counts = pair.unique_consecutive(return_counts=True)
+            moved = [part @ weights[code, :-1] + weights[code, -1]
+                     for code, part in zip(codes.tolist(), inputs.split(counts.tolist()))]
+            if moved:
+                step[rows, positions] = torch.cat(moved)
         return step.to(features.dtype)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lace.errors import input_error
+from lace.local.batch_norm import reference_batch_norm
 
 RESNET_STAGES = ("stem", "layer1", "layer2", "layer3", "layer4")
 
@@ -82,8 +83,16 @@ class ImageTowerSplit:
             x = block(x)
         return x  # (B, n_prefix + P, C)
 
-    def upper(self, features: Tensor) -> Tensor:
-        """(B, P, C) features at L -> (B, d) unit embeddings, with gradient."""
+    def upper(self, features: Tensor, reference_rows: int | None = None) -> Tensor:
+        """(B, P, C) features at L -> (B, d) unit embeddings, with gradient.
+
+        reference_rows: training-mode BatchNorm layers above L take their batch statistics from the first
+        `reference_rows` maps only and normalise every map with them (`lace.local.batch_norm`); None: from
+        all B.
+        """
+        if reference_rows is not None:
+            with reference_batch_norm(self.visual, reference_rows):
+                return self.upper(features)
         if self.is_resnet:
             if self.grid is None:
                 raise ValueError("call lower() first: upper() needs the grid of the map")

@@ -20,14 +20,34 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def _padded_map(features: Tensor, grid: tuple[int, int], window: int) -> Tensor:
+    """(B, P, C) features on a (H, W) grid -> (B, H + 2 pad, W + 2 pad, C) zero-padded, channels last."""
+    pad = window // 2
+    return F.pad(features.reshape(features.shape[0], *grid, features.shape[-1]), (0, 0, pad, pad, pad, pad))
+
+
 def neighbourhoods(features: Tensor, grid: tuple[int, int], window: int) -> Tensor:
-    """(B, P, C) features on a (H, W) grid -> (B, P, window^2 C) zero-padded neighbourhoods."""
+    """(B, P, C) features on a (H, W) grid -> (B, P, window^2 C) zero-padded neighbourhoods, ordered by place in
+    the window (row-major), then channel: the centre position's own features are the middle C."""
     if window == 1:
         return features
     batch, _, channels = features.shape
-    maps = features.transpose(1, 2).reshape(batch, channels, *grid)
-    patches = F.unfold(maps, window, padding=window // 2)  # (B, C window^2, P)
-    return patches.transpose(1, 2)
+    height, width = grid
+    maps = _padded_map(features, grid, window)
+    shifted = [maps[:, down : down + height, across : across + width] for down in range(window)
+               for across in range(window)]  # window^2 x (B, H, W, C)
+    return torch.stack(shifted, dim=3).reshape(batch, height * width, window * window * channels)
+
+
+def neighbourhood_rows(features: Tensor, grid: tuple[int, int], window: int, rows: Tensor,
+                       positions: Tensor) -> Tensor:
+    """The rows `neighbourhoods(features, grid, window)[rows, positions]` (K, window^2 C), gathered for the K
+    (image, position) pairs only: (B, P, C) features, (K,) image rows and (K,) positions on the (H, W) grid."""
+    maps = _padded_map(features, grid, window)
+    offsets = torch.arange(window, device=features.device)
+    down = (positions // grid[1])[:, None, None] + offsets[None, :, None]  # (K, window, 1)
+    across = (positions % grid[1])[:, None, None] + offsets[None, None, :]  # (K, 1, window)
+    return maps[rows[:, None, None], down, across].reshape(len(rows), -1)  # (K, window, window, C) flattened
 
 
 def coverage_bucket(coverage: Tensor, n_buckets: int, min_coverage: float) -> Tensor:
@@ -114,9 +134,8 @@ class GaussianTransport:
         return self._maps[key]
 
     def _centre_rows(self) -> Tensor:
-        """Indices of the centre position's channels inside a neighbourhood descriptor (unfold order)."""
-        area = self.window * self.window
-        return torch.arange(self.channels_) * area + area // 2
+        """Indices of the centre position's channels inside a neighbourhood descriptor (`neighbourhoods`' order)."""
+        return (self.window * self.window // 2) * self.channels_ + torch.arange(self.channels_)
 
     def move(self, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
              target: Tensor) -> Tensor:

@@ -78,7 +78,9 @@ class TrainConfig:
     normalise(u + v(t') - v(t)) of the text->image row (rule_negative_kinds, rule_negatives_per_caption)."""
     local_image_negatives: bool = False
     """LACE-local: binding swaps and transplants made inside the image tower at local_layer (lace.local)
-    are text->image negatives; the editor is fitted on the training images before the first step."""
+    are text->image negatives; the editor is fitted on the training images before the first step. The
+    edited maps run through the upper layers in the images' own pass, with BatchNorm statistics from the
+    real images alone (lace.local.batch_norm)."""
     local_caption_swaps: bool = False
     """LACE-local, caption side: two concept words' token states swapped at local_text_layer are
     image->text negatives."""

@@ -70,12 +70,24 @@ def fit_training_editor(config: TrainConfig, clip: torch.nn.Module, pixels: Tens
     return SampleSeededLocalEditor.from_editor(editor)
 
 
-def local_image_negatives(editor: SampleSeededLocalEditor, clip: torch.nn.Module, pixels: Tensor, n_edits: int,
-                          seeds: list[int]) -> tuple[Tensor, Tensor]:
-    """(B, 3, H, W) model-input pixels -> (B, M, d) unit negatives with gradient and (B, M) validity."""
-    editor.row_seeds = seeds
-    negatives = editor.negatives(clip, pixels, n_edits)
-    return negatives.embeddings, negatives.valid.to(pixels.device)
+class LocalImagePass:
+    """The image pass of a LACE-local training step, run as the encoder's `encode_images`: (B, 3, H, W) model-input
+    pixels -> U (B, d), the unedited embeddings of the editor's one pass through the tower; that pass's edited
+    images are kept as `negatives` (B, M, d) unit, with gradient, and `valid` (B, M).
+
+    seeds: one per row (`row_seeds`), which draw each row's transplant targets.
+    """
+
+    def __init__(self, editor: SampleSeededLocalEditor, clip: torch.nn.Module, n_edits: int, seeds: list[int]):
+        self.editor, self.clip, self.n_edits, self.seeds = editor, clip, n_edits, seeds
+        self.negatives: Tensor | None = None
+        self.valid: Tensor | None = None
+
+    def __call__(self, pixels: Tensor) -> Tensor:
+        self.editor.row_seeds = self.seeds
+        made = self.editor.negatives(self.clip, pixels, self.n_edits)
+        self.negatives, self.valid = made.embeddings, made.valid.to(pixels.device)
+        return made.original
 
 
 def group_token_ids(tokenize, vocabulary: Vocabulary) -> Tensor:

@@ -58,10 +58,10 @@ from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
 from lace.train.interrupt import StopRequest, TrainingInterrupted
 from lace.train.local_arm import (
+    LocalImagePass,
     fit_training_editor,
     group_token_ids,
     local_caption_negatives,
-    local_image_negatives,
 )
 from lace.train.negatives import (
     Negatives,
@@ -359,10 +359,14 @@ class Trainer:
                                                         config.rule_negatives_per_caption)
             texts = batch.captions + rule_texts
         tokens = self.encoder.tokenize(texts)
+        local_pass = None
+        if self.local_editor is not None:  # U and the local negatives come from one pass of the image tower
+            seeds = row_seeds(config.seed, [(epoch, index) for index in batch.indices], LOCAL_STREAM)
+            local_pass = LocalImagePass(self.local_editor, self.encoder.model, config.local_n_edits, seeds)
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with autocast:
             U, all_texts, scale = self.model(batch.pixels.to(self.device, non_blocking=True),
-                                             tokens.to(self.device, non_blocking=True))
+                                             tokens.to(self.device, non_blocking=True), encode_images=local_pass)
         U, all_texts, scale = U.float(), all_texts.float(), scale.float()
         V = all_texts[:n]  # (B, d)
         negatives = self._counterfactuals(U, V, epoch, batch.indices)
@@ -373,7 +377,7 @@ class Trainer:
             if config.paired_caption_directions:
                 negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid.to(self.device))
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            self._local_and_rendered(negatives, batch, tokens, epoch)
+            self._local_and_rendered(negatives, batch, tokens, local_pass)
         return U, V, scale, negatives
 
     def _embed_features(self, batch: FeatureBatch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
@@ -401,14 +405,13 @@ class Trainer:
         return counterfactual_negatives(self.editor, U, V, config.n_edits, config.counterfactual_captions,
                                         config.counterfactual_images, config.counterfactual_source, generators)
 
-    def _local_and_rendered(self, negatives: Negatives, batch, tokens: torch.Tensor, epoch: int) -> None:
-        """Add LACE-local's and the ceiling arm's negatives of this micro-batch to `negatives`."""
+    def _local_and_rendered(self, negatives: Negatives, batch, tokens: torch.Tensor,
+                            local_pass: LocalImagePass | None) -> None:
+        """Add LACE-local's (made in the image pass, `local_pass`) and the ceiling arm's negatives of this
+        micro-batch to `negatives`."""
         config, clip = self.config, self.encoder.model
-        pixels = batch.pixels.to(self.device)
-        if self.local_editor is not None:
-            seeds = row_seeds(config.seed, [(epoch, index) for index in batch.indices], LOCAL_STREAM)
-            embeddings, valid = local_image_negatives(self.local_editor, clip, pixels, config.local_n_edits, seeds)
-            negatives.add_images(embeddings.float(), valid)
+        if local_pass is not None:
+            negatives.add_images(local_pass.negatives.float(), local_pass.valid)
         if self.concept_token_ids is not None:
             embeddings, valid = local_caption_negatives(clip, tokens.to(self.device), self.concept_token_ids,
                                                         config.local_text_layer)
