@@ -4,12 +4,13 @@ Two parts, both on Flickr8k (`--data` or $LACE_FLICKR8K), with `--threads` intra
 1. A per-stage table, each stage timed alone on `--stage-images` images and `--stage-captions`
    captions: read + decode (Pillow, draft mode), resize + centre crop, to tensor + normalise,
    the image tower in PyTorch (channels_last, `inference_mode`) and in ONNX Runtime (batches
-   of 64), the copy into the output array; tokenising, and the text tower in both runtimes
-   (length-sorted batches of 256).
+   of 64), the copy into the output array; tokenising, and the text tower in each of its runtimes
+   (PyTorch float32, PyTorch bfloat16 autocast, ONNX Runtime; length-sorted batches of 256).
 2. End to end: `compute_image_tower_features` / `compute_text_tower_features` on `--images`
    images and `--captions` captions (default: all of Flickr8k, 8,091 and 40,455, the extraction
    the targets are set for; small runs pay the loader's start-up on few images) in each runtime (DataLoader workers decode while the tower
-   runs), best of `--repeats` (the runtimes take turns), with the smallest cosine between the two runtimes' features.
+   runs), best of `--repeats` (the runtimes take turns), with the smallest cosine between each runtime's
+   features and PyTorch float32's (the agreement every runtime must keep: >= 1 - 1e-4).
    The ONNX export (once per process and weights) is timed apart and not counted in the rates.
    The headline rates are those of each tower's default runtime (`onnx_runtime.default_runtime`).
 
@@ -18,8 +19,8 @@ Draft decoding is also compared with a full decode (smallest cosine of the featu
 nothing when the copy's JPEGs are already small).
 
 Usage: python benchmarks/towers_features.py --data /path/to/flickr8k [--threads 2]
-The last printed line is one JSON object; `vs_peer_ratio` is the whole extraction's time in PyTorch for both
-towers over its time with the default runtimes, `vs_floor_ratio` that time over each default tower's model
+The last printed line is one JSON object; `vs_peer_ratio` is the whole extraction's time in PyTorch float32
+for both towers over its time with the default runtimes, `vs_floor_ratio` that time over each default tower's model
 stage alone (timed in part 1) times the items.
 """
 
@@ -45,6 +46,8 @@ from lace.encoders.towers import features as tower_features
 from lace.encoders.towers import image_tower, onnx_runtime
 
 TARGETS = {"images_per_s": 80.0, "captions_per_s": 900.0}
+AGREEMENT = 1 - 1e-4
+"""Smallest cosine every runtime's features must keep to PyTorch float32's."""
 
 
 def timed(function) -> tuple[float, object]:
@@ -88,6 +91,8 @@ def text_stages(encoder, captions: list[str], session) -> dict[str, float]:
                                                   for start in range(0, len(ordered), 256)])
     with torch.inference_mode():
         seconds["text tower, torch"], _ = timed(lambda: [encoder.text_tower_features(b) for b in batches])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            seconds["text tower, torch-bf16"], _ = timed(lambda: [encoder.text_tower_features(b) for b in batches])
     pad = encoder.text_tower.pad_token_id
     seconds["text tower, onnxruntime"], _ = timed(lambda: [session(*onnx_runtime.text_inputs(b, pad)) for b in batches])
     return {name: 1e3 * value / len(captions) for name, value in seconds.items()}
@@ -161,32 +166,35 @@ def main(argv: list[str] | None = None) -> int:
 
     # The runtimes take turns, repeat by repeat, so that a change in the machine's load hits both alike.
     runs: dict[tuple[str, str], list[tuple[float, np.ndarray]]] = {}
+    extract = {"image": partial(tower_features.compute_image_tower_features, encoder, images, batch_size=64,
+                                num_workers=args.workers),
+               "text": partial(tower_features.compute_text_tower_features, encoder, captions, batch_size=256)}
     for _ in range(args.repeats):
-        for runtime in onnx_runtime.RUNTIMES:
-            runs.setdefault((runtime, "image"), []).append(timed(partial(
-                tower_features.compute_image_tower_features, encoder, images, batch_size=64,
-                num_workers=args.workers, runtime=runtime)))
-            runs.setdefault((runtime, "text"), []).append(timed(partial(
-                tower_features.compute_text_tower_features, encoder, captions, batch_size=256, runtime=runtime)))
+        for kind, runtimes in onnx_runtime.RUNTIMES.items():
+            for runtime in runtimes:
+                runs.setdefault((kind, runtime), []).append(timed(partial(extract[kind], runtime=runtime)))
     best = {key: min(timings, key=lambda run: run[0]) for key, timings in runs.items()}
-    features = {key: run[1] for key, run in best.items()}
-    rates = {runtime: {"images_per_s": round(len(images) / best[runtime, "image"][0], 2),
-                       "captions_per_s": round(len(captions) / best[runtime, "text"][0], 2)}
-             for runtime in onnx_runtime.RUNTIMES}
-    print("\n| runtime | images/s | captions/s |\n|---|---|---|")
-    for runtime, rate in rates.items():
-        print(f"| {runtime} | {rate['images_per_s']:.1f} | {rate['captions_per_s']:.1f} |")
+    items = {"image": len(images), "text": len(captions)}
+    rates = {kind: {runtime: round(items[kind] / best[kind, runtime][0], 2) for runtime in runtimes}
+             for kind, runtimes in onnx_runtime.RUNTIMES.items()}
+    cosines = {kind: {runtime: min_cosine(best[kind, runtime][1], best[kind, "torch"][1]) for runtime in runtimes}
+               for kind, runtimes in onnx_runtime.RUNTIMES.items()}
+    print("\n| tower | runtime | items/s | smallest cosine to torch float32 |\n|---|---|---|---|")
+    for kind, by_runtime in rates.items():
+        for runtime, rate in by_runtime.items():
+            agreement = "(reference)" if runtime == "torch" else f"{cosines[kind][runtime]:.7f}"
+            print(f"| {kind} | {runtime} | {rate:.1f} | {agreement} |")
 
     photos = sorted(glob.glob(args.photos)) if args.photos else stage_paths[:32]
     draft = draft_against_full(encoder, photos, onnx_runtime.default_runtime("image"))
-    runtimes = {"images_per_s": onnx_runtime.default_runtime("image"), "captions_per_s": onnx_runtime.default_runtime("text")}
-    default = {name: rates[runtime][name] for name, runtime in runtimes.items()}
-    # Whole extraction (images + captions) in seconds: the defaults, the peer (PyTorch for both towers),
-    # and the floor (each default tower's model stage alone, per item, times the items).
-    seconds = {name: len(images) / rate["images_per_s"] + len(captions) / rate["captions_per_s"]
-               for name, rate in (("default", default), ("torch", rates["torch"]))}
-    floor_s = (per_image[f"image tower, {runtimes['images_per_s']}"] * len(images)
-               + per_caption[f"text tower, {runtimes['captions_per_s']}"] * len(captions)) / 1000
+    runtimes = {"image": onnx_runtime.default_runtime("image"), "text": onnx_runtime.default_runtime("text")}
+    default = {"images_per_s": rates["image"][runtimes["image"]], "captions_per_s": rates["text"][runtimes["text"]]}
+    # Whole extraction (images + captions) in seconds: the defaults, the peer (PyTorch float32 for both
+    # towers), and the floor (each default tower's model stage alone, per item, times the items).
+    seconds = {name: len(images) / rates["image"][runtime["image"]] + len(captions) / rates["text"][runtime["text"]]
+               for name, runtime in (("default", runtimes), ("torch", {"image": "torch", "text": "torch"}))}
+    floor_s = (per_image[f"image tower, {runtimes['image']}"] * len(images)
+               + per_caption[f"text tower, {runtimes['text']}"] * len(captions)) / 1000
     result = {
         "benchmark": "towers_features",
         "images_per_s": default["images_per_s"],
@@ -194,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         "default_runtimes": runtimes,
         "targets": TARGETS,
         "targets_met": {name: default[name] >= target for name, target in TARGETS.items()},
+        "agreement_met": all(cosines[kind][runtime] >= AGREEMENT for kind, runtime in runtimes.items()),
         "by_runtime": rates,
-        "min_cosine_onnxruntime_vs_torch": {
-            kind: min_cosine(features["onnxruntime", kind], features["torch", kind]) for kind in ("image", "text")},
+        "min_cosine_vs_torch_fp32": cosines,
         "export_seconds": {"image": round(export_image_s, 2), "text": round(export_text_s, 2)},
         "ms_per_image_by_stage": {name: round(value, 3) for name, value in per_image.items()},
         "ms_per_caption_by_stage": {name: round(value, 4) for name, value in per_caption.items()},

@@ -59,7 +59,7 @@ def test_batched_workers_match_one_image_at_a_time(encoder, photos):
 
 def test_length_sorted_text_batches_match_single_captions(encoder, photos):
     captions = photos.captions
-    batched = tower_features.compute_text_tower_features(encoder, captions, batch_size=5)
+    batched = tower_features.compute_text_tower_features(encoder, captions, batch_size=5, runtime="torch")
     with torch.no_grad():
         single = torch.cat([encoder.text_tower_features(encoder.tokenize([c])) for c in captions])
     torch.testing.assert_close(torch.from_numpy(batched), single, atol=1e-5, rtol=1e-4)
@@ -69,13 +69,17 @@ def test_length_sorted_text_batches_match_single_captions(encoder, photos):
 def test_onnxruntime_and_torch_give_the_same_features(encoder, photos):
     cosine = lambda a, b: float(torch.nn.functional.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b)).min())
     images = {runtime: tower_features.compute_image_tower_features(encoder, photos, batch_size=4, num_workers=0,
-                                                                  runtime=runtime) for runtime in RUNTIMES}
+                                                                  runtime=runtime) for runtime in RUNTIMES["image"]}
     texts = {runtime: tower_features.compute_text_tower_features(encoder, photos.captions, batch_size=5,
-                                                                runtime=runtime) for runtime in RUNTIMES}
+                                                                runtime=runtime) for runtime in RUNTIMES["text"]}
     assert cosine(images["onnxruntime"], images["torch"]) > 1 - 1e-4
     assert cosine(texts["onnxruntime"], texts["torch"]) > 1 - 1e-4
-    with pytest.raises(LaceInputError, match="tower runtime"):
+    assert cosine(texts["torch-bf16"], texts["torch"]) > 1 - 1e-4
+    assert not np.array_equal(texts["torch-bf16"], texts["torch"])  # bfloat16 really ran
+    with pytest.raises(LaceInputError, match="text tower runtime"):
         tower_features.compute_text_tower_features(encoder, photos.captions, runtime="tensorflow")
+    with pytest.raises(LaceInputError, match="image tower runtime"):  # no bf16 image runtime: cosine 0.998 only
+        tower_features.compute_image_tower_features(encoder, photos, num_workers=0, runtime="torch-bf16")
 
 
 def test_full_decoding_is_cached_under_its_own_key(encoder, tmp_path):

@@ -77,4 +77,4 @@ class TextTower(torch.nn.Module):
         longest = int(attention_mask.sum(1).max()) if len(tokens) else 0
         tokens, attention_mask = tokens[:, :longest], attention_mask[:, :longest]  # drop all-padding columns
         hidden_states = self.model(input_ids=tokens, attention_mask=attention_mask).last_hidden_state
-        return mean_pool(hidden_states, attention_mask)
+        return mean_pool(hidden_states.float(), attention_mask)  # float32 pooling, also under bf16 autocast
