@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lace.dictionary import SparseCodes, decode, encode, fused_omp
+from lace.dictionary import SparseCodes, decode, encode
 from lace.dictionary.fused_omp import TILE
 
 
@@ -117,34 +117,3 @@ def test_the_kernel_is_checked():
         encode(torch.ones(1, 4), atoms, 2, kernel="numba")
     with pytest.raises(ValueError, match="kernel: 'fused' runs on CPU in float32 or float64"):
         encode(torch.ones(1, 4, dtype=torch.bfloat16), atoms.bfloat16(), 2, kernel="fused")
-
-
-def test_near_ties_below_the_bfloat16_rounding_are_recomputed_exactly():
-    # rows d_0 + 0.5 d_1 + c d_2 with c set so that after the first step d_2's residual
-    # correlation beats d_1's by 2e-5: less than the bfloat16 Gram's rounding, more than float32's
-    generator = torch.Generator().manual_seed(6)
-    atoms = _unit_rows(torch.randn(3 * TILE, 64, generator=generator, dtype=torch.float64))
-    n = 64
-    first = torch.randint(TILE, (n,), generator=generator)
-    loser = TILE + torch.randint(TILE, (n,), generator=generator)  # lower index than the winner
-    winner = 2 * TILE + torch.randint(TILE, (n,), generator=generator)
-
-    def gap(c: torch.Tensor) -> torch.Tensor:  # residual correlation of winner minus loser after one step
-        x = atoms[first] + 0.5 * atoms[loser] + c.unsqueeze(1) * atoms[winner]
-        a = (x * atoms[first]).sum(1)
-        residual = x - a.unsqueeze(1) * atoms[first]
-        return (residual * (atoms[winner] - atoms[loser])).sum(1)
-
-    zero = gap(torch.zeros(n))
-    c = (2e-5 - zero) / (gap(torch.ones(n)) - zero)
-    x = (atoms[first] + 0.5 * atoms[loser] + c.unsqueeze(1) * atoms[winner]).float()
-    atoms = atoms.float()
-    gram = (atoms @ atoms.T).numpy()
-    tiny = float(torch.finfo(torch.float32).eps * 16)
-    indices, values, recomputed = fused_omp.omp_rows(
-        (x @ atoms.T).numpy(), gram, fused_omp.tile_maxima(gram), fused_omp.bfloat16_tables(gram), 2, False, tiny
-    )
-    assert recomputed > 0
-    assert torch.equal(torch.from_numpy(indices), torch.stack([first, winner], 1))
-    fused = SparseCodes(torch.from_numpy(indices), torch.from_numpy(values), atoms.shape[0])
-    _assert_same_codes(fused, encode(x, atoms, 2, kernel="torch"), x, atoms, atol=2e-5)

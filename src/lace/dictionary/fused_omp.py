@@ -15,14 +15,7 @@ sum_j |change_j| max |G[k_j, tile]| (a bound, with a margin for rounding) is at 
 largest up-to-date entry. Tiles that cannot win stay stale, so every selection is the one
 a full update would make, with fewer Gram reads (about half of the tile updates are skipped
 on the encode benchmark); the selection reads one integer key per tile (see `_order_key`)
-and one tile.
-The tile updates read a bfloat16 copy of G, half the bytes. Each tile keeps a bound on its
-entries' error, which grows by 2^-8 sum_j |change_j| max |G[k_j, tile]| (off the diagonal;
-the diagonal entry is corrected exactly) per update; the bounds widen the tiles' bounds, and
-when the step's best entry is not separated from every other by the errors, the contending
-tiles are recomputed from the float32 Gram rows before selecting (`_contested`). The
-coefficients come from the exact Gram and correlations, so supports and codes stay those of
-the float32 path. What remains is mostly waiting on memory for the Gram slices: at K = 4096, G
+and one tile. What remains is mostly waiting on memory for the Gram slices: at K = 4096, G
 is 64 MB (docs/results.md, "Sparse coding toward the matrix-product floor").
 
 The algorithm, its stopping rules and the non-negative refit are those of
@@ -40,9 +33,6 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 TILE = 512  # atoms per tile of the residual correlations
-# |G - bfloat16(G)| <= ROUNDED * |G| entrywise: bfloat16 keeps 8 significant bits, rounded to nearest
-# (from float64, the float32 step adds 2^-24 relatively)
-ROUNDED = 2.0**-8 * (1.0 + 2.0**-10)
 LINE = 64  # bytes per cache line
 RIDGE = 1e-6  # added to the diagonal of the non-negative refit's systems, as in `_least_squares_on_support`
 DEPENDENT = 1e-7  # an atom whose squared distance to the support's span is below this share of its norm stops the row
@@ -69,47 +59,29 @@ def tile_maxima(gram: np.ndarray) -> np.ndarray:
     return maxima
 
 
-def bfloat16_tables(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The Gram matrix (K, K) rounded to bfloat16 (to nearest, ties to even) for the tile updates:
-    its bits (K, K) uint16; the largest |G[k, i]| over the atoms i != k of each tile (K, K / TILE),
-    which bound the rounding; and G[k, k] minus its rounded value (K,), which the updates add
-    back so that a support atom's own entry is exact."""
-    bits = np.ascontiguousarray(gram, dtype=np.float32).view(np.uint32)
-    rounded = ((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16).astype(np.uint16)
-    diagonal = np.diagonal(gram).copy()
-    widened = (rounded.diagonal().astype(np.uint32) << 16).view(np.float32)
-    off_diagonal = gram.copy()
-    np.fill_diagonal(off_diagonal, 0.0)
-    return rounded, tile_maxima(off_diagonal), diagonal - widened.astype(gram.dtype)
-
-
 def omp_rows(
     correlations: np.ndarray,
     gram: np.ndarray,
     gram_tile_maxima: np.ndarray,
-    gram_bfloat16: tuple[np.ndarray, np.ndarray, np.ndarray],
     sparsity: int,
     nonnegative: bool,
     tiny: float,
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K),
-    its `tile_maxima` (K, K / TILE) and its `bfloat16_tables`.
+) -> tuple[np.ndarray, np.ndarray]:
+    """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K)
+    and its `tile_maxima` (K, K / TILE).
 
     `correlations` is read only. Rows stop early when the best correlation is at most
     `tiny` or the chosen atom lies in the span of the support; their remaining slots repeat
-    the atom chosen at the stop with value 0. Returns indices (n, s) int64, values (n, s)
-    of the correlations' dtype, and how many steps recomputed correlations from `gram`
-    because the bfloat16 ones could not separate the best atom from the next.
+    the atom chosen at the stop with value 0. Returns indices (n, s) int64 and values
+    (n, s) of the correlations' dtype.
     """
     n = correlations.shape[0]
     indices = np.empty((n, sparsity), dtype=np.int64)
     values = np.empty((n, sparsity), dtype=correlations.dtype)
     # a tile update's rounding is at most (s + 1) float eps of the magnitudes it adds up
     margin = 4.0 * (sparsity + 1) * float(np.finfo(correlations.dtype).eps)
-    recomputed = _omp_rows(
-        correlations, gram, gram_tile_maxima, *gram_bfloat16, sparsity, nonnegative, tiny, margin, indices, values
-    )
-    return indices, values, recomputed
+    _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices, values)
+    return indices, values
 
 
 @_compiled
@@ -124,10 +96,7 @@ def _tile_maxima(gram, maxima):
 
 
 @_compiled
-def _omp_rows(
-    correlations, gram, gram_tile_maxima, gram_bfloat16, off_diagonal_maxima, diagonal_rounding, sparsity, nonnegative,
-    tiny, margin, indices, values,
-):
+def _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices, values):
     n_rows, n_atoms = correlations.shape
     n_tiles = gram_tile_maxima.shape[1]
     absolute = not nonnegative
@@ -135,7 +104,6 @@ def _omp_rows(
     tile_keys = np.empty(n_tiles, dtype=np.int64)  # largest order key of each tile's stored entries
     versions = np.empty(n_tiles, dtype=np.int64)  # a tile holds X D^T - G[I_v]^T history[v] for v = its version
     bounds = np.empty(n_tiles)
-    errors = np.zeros(n_tiles)  # bound on |stored - exact| of each tile's entries, from the bfloat16 Gram
     weights = np.empty(sparsity, dtype=correlations.dtype)  # change of each coefficient in a tile update
     history = np.zeros((sparsity + 1, sparsity))  # history[v]: coefficients of the first v support atoms
     factor = np.zeros((sparsity, sparsity))  # Cholesky factor L of G[I, I], lower triangular
@@ -144,7 +112,6 @@ def _omp_rows(
     coefficients = np.zeros(sparsity)
     scratch = np.empty(sparsity)
     support = np.empty(sparsity, dtype=np.int64)
-    recomputed = 0
     for row in range(n_rows):
         original = correlations[row]
         _largest_tile_keys(original, tile_keys, absolute)
@@ -155,17 +122,10 @@ def _omp_rows(
         for step in range(sparsity):
             if step:
                 _update_candidate_tiles(
-                    original, residual, gram_bfloat16, gram_tile_maxima, off_diagonal_maxima, diagonal_rounding,
-                    support, history, live, versions, tile_keys, bounds, errors, weights, absolute, margin,
+                    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds,
+                    weights, absolute, margin,
                 )
             best, chosen = _first_largest(original if live == 0 else residual, tile_keys, versions, live, absolute)
-            if live and _contested(residual, tile_keys, versions, errors, live, best, chosen, absolute, tiny):
-                _recompute_contenders(
-                    original, residual, gram, support, history, live, versions, tile_keys, errors, best, chosen,
-                    absolute,
-                )
-                recomputed += 1
-                best, chosen = _first_largest(residual, tile_keys, versions, live, absolute)
             if best <= tiny:
                 break
             gram_row = gram[chosen]
@@ -194,7 +154,6 @@ def _omp_rows(
             values[row, j] = coefficients[j] if j < live else 0.0
         if nonnegative and live:
             _refit_nonnegative(values[row], support, live, targets, gram, factor, scratch, coefficients)
-    return recomputed
 
 
 @intrinsic
@@ -252,24 +211,6 @@ def _prefetch(typingctx, matrix, row, column):
     return types.void(matrix, row, column), codegen
 
 
-@intrinsic
-def _widen(typingctx, bits):
-    """The float32 whose bfloat16 bits (uint16) are `bits`: they are its upper half."""
-
-    def codegen(context, builder, signature, args):
-        word = builder.zext(args[0], ir.IntType(32))
-        return builder.bitcast(builder.shl(word, ir.Constant(ir.IntType(32), 16)), ir.FloatType())
-
-    return types.float32(bits), codegen
-
-
-@_compiled
-def _subtract_rounded(target, weight, source_bits):
-    """target -= weight * source, for 1-d slices, source as bfloat16 bits."""
-    for i in range(target.shape[0]):
-        target[i] -= weight * _widen(source_bits[i])
-
-
 @_compiled
 def _subtract(target, weight, source):
     """target -= weight * source, for 1-d slices (a loop over slices vectorises where one
@@ -298,14 +239,10 @@ def _largest_tile_keys(values, tile_keys, absolute):
 
 @_compiled
 def _update_candidate_tiles(
-    original, residual, gram_bfloat16, gram_tile_maxima, off_diagonal_maxima, diagonal_rounding, support, history, live,
-    versions, tile_keys, bounds, errors, weights, absolute, margin,
+    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds, weights, absolute, margin
 ):
     """Bring up to date (version `live`) every tile that could hold an entry at least the
-    smallest the largest up-to-date one can be, largest bound first, with the bfloat16 Gram;
-    its error bound grows by ROUNDED * the magnitudes it subtracts off the diagonal, whose
-    entries it corrects exactly. A tile of version 0 is
-    still in `original`, exact."""
+    largest up-to-date one, largest bound first. A tile of version 0 is still in `original`."""
     n_atoms = residual.shape[0]
     like = residual[0]
     best = NONE
@@ -313,22 +250,22 @@ def _update_candidate_tiles(
         stored = np.float64(_key_value(tile_keys[tile], like))
         version = versions[tile]
         if version == live:
-            best = max(best, stored - errors[tile])
+            best = max(best, stored)
             bounds[tile] = NONE
             continue
         spread = 0.0
         for j in range(live):
             spread += abs(history[live, j] - history[version, j]) * gram_tile_maxima[support[j], tile]
-        bounds[tile] = stored + errors[tile] + spread + margin * (abs(stored) + spread)
+        bounds[tile] = stored + spread + margin * (abs(stored) + spread)
     # fetch every candidate tile's Gram slices at once: one at a time, each waits on memory
-    line_entries = LINE // gram_bfloat16.itemsize
+    line_entries = LINE // gram.itemsize
     for tile in range(bounds.shape[0]):
         if bounds[tile] >= best:
             start = tile * TILE
             stop = min(start + TILE, n_atoms)
             for j in range(versions[tile], live):  # the slices of atoms already in it were read before
                 for i in range(start, stop, line_entries):
-                    _prefetch(gram_bfloat16, support[j], i)
+                    _prefetch(gram, support[j], i)
     while True:
         tile = 0
         for other in range(1, bounds.shape[0]):
@@ -341,22 +278,16 @@ def _update_candidate_tiles(
         version = versions[tile]
         if version == 0:
             residual[start:stop] = original[start:stop]
-            errors[tile] = 0.0
         for j in range(live):
             weights[j] = history[live, j] - history[version, j]
-        subtracted = 0.0
         for j in range(live):
             if weights[j] != 0:
-                _subtract_rounded(residual[start:stop], weights[j], gram_bfloat16[support[j], start:stop])
-                subtracted += abs(weights[j]) * off_diagonal_maxima[support[j], tile]
-                if start <= support[j] < stop:
-                    residual[support[j]] -= weights[j] * diagonal_rounding[support[j]]
-        errors[tile] += ROUNDED * subtracted
+                _subtract(residual[start:stop], weights[j], gram[support[j], start:stop])
         key = _largest_key(residual[start:stop], absolute)
         tile_keys[tile] = key
         versions[tile] = live
         bounds[tile] = NONE
-        best = max(best, np.float64(_key_value(key, like)) - errors[tile])
+        best = max(best, np.float64(_key_value(key, like)))
 
 
 @_compiled
@@ -377,52 +308,6 @@ def _first_largest(residual, tile_keys, versions, live, absolute):
         index += 1  # the bounds only matter for NaN, which matches nothing
     value = residual[index]
     return (abs(value) if absolute else value), index
-
-
-@_compiled
-def _contested(residual, tile_keys, versions, errors, live, best, chosen, absolute, tiny):
-    """Whether the error bounds leave it open that another entry than `chosen` (value `best`)
-    is the largest of the up-to-date tiles, or that `best` is at most `tiny`."""
-    like = residual[0]
-    winner = chosen // TILE
-    error = errors[winner]
-    for tile in range(tile_keys.shape[0]):
-        close = np.float64(_key_value(tile_keys[tile], like)) + errors[tile] >= best - error
-        if tile != winner and versions[tile] == live and errors[tile] + error > 0 and close:
-            return True
-    if error == 0:
-        return False
-    floor = best - 2.5 * error  # 2 errors apart, and a quarter for the float conversion
-    if floor <= tiny:
-        return True
-    start = winner * TILE
-    close = 0
-    for i in range(start, min(start + TILE, residual.shape[0])):
-        close += (abs(residual[i]) if absolute else residual[i]) >= floor
-    return close > 1
-
-
-@_compiled
-def _recompute_contenders(
-    original, residual, gram, support, history, live, versions, tile_keys, errors, best, chosen, absolute
-):
-    """Recompute from the exact Gram rows the up-to-date tiles that may hold an entry at least
-    the smallest `best` (at `chosen`) can be; their error bounds become 0."""
-    n_atoms = residual.shape[0]
-    like = residual[0]
-    lowest = best - errors[chosen // TILE]
-    for tile in range(tile_keys.shape[0]):
-        if versions[tile] != live or errors[tile] == 0:
-            continue
-        if np.float64(_key_value(tile_keys[tile], like)) + errors[tile] < lowest:
-            continue
-        start = tile * TILE
-        stop = min(start + TILE, n_atoms)
-        residual[start:stop] = original[start:stop]
-        for j in range(live):
-            _subtract(residual[start:stop], history[live, j], gram[support[j], start:stop])
-        tile_keys[tile] = _largest_key(residual[start:stop], absolute)
-        errors[tile] = 0.0
 
 
 @_compiled

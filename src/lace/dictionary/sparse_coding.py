@@ -163,9 +163,9 @@ def _fused_omp(
         torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
     with record_function("omp/fused_rows"):
         tiny = torch.finfo(atoms.dtype).eps * 16
-        gram_rows, gram_tile_maxima, gram_bfloat16 = buffers.gram_tables(gram)
-        indices, values, _ = fused_omp.omp_rows(
-            correlations.numpy(), gram_rows, gram_tile_maxima, gram_bfloat16, sparsity, nonnegative, tiny
+        gram_rows, gram_tile_maxima = buffers.gram_tables(gram)
+        indices, values = fused_omp.omp_rows(
+            correlations.numpy(), gram_rows, gram_tile_maxima, sparsity, nonnegative, tiny
         )
     return torch.from_numpy(indices), torch.from_numpy(values)
 
@@ -278,12 +278,11 @@ class _OmpBuffers:
         self._gram_tables = None
 
     def gram_tables(self, gram: Tensor):
-        """`gram` as a (K, K) numpy array with contiguous rows, its (K, K / TILE) tile maxima and
-        its `fused_omp.bfloat16_tables`."""
+        """`gram` as a (K, K) numpy array with contiguous rows, and its (K, K / TILE) tile maxima."""
         if self._gram_tables is None:
             with record_function("omp/tile_maxima"):
                 rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
-                self._gram_tables = rows, fused_omp.tile_maxima(rows), fused_omp.bfloat16_tables(rows)
+                self._gram_tables = rows, fused_omp.tile_maxima(rows)
         return self._gram_tables
 
 
