@@ -15,8 +15,10 @@ sum_j |change_j| max |G[k_j, tile]| (a bound, with a margin for rounding) is at 
 largest up-to-date entry. Tiles that cannot win stay stale, so every selection is the one
 a full update would make, with fewer Gram reads (about half of the tile updates are skipped
 on the encode benchmark); the selection reads one integer key per tile (see `_order_key`)
-and one tile. What remains is mostly waiting on memory for the Gram slices: at K = 4096, G
-is 64 MB (docs/results.md, "Sparse coding toward the matrix-product floor").
+and one tile. Of what remains, about a third is waiting on memory for the Gram slices (at
+K = 4096, G is 64 MB) and the rest is the updates' arithmetic; a bfloat16 copy of G for the
+updates, with error bounds and exact recomputes of near ties, was slower (docs/results.md,
+"Sparse coding toward the matrix-product floor").
 
 The algorithm, its stopping rules and the non-negative refit are those of
 `sparse_coding._batch_omp`, which stays the kernel for other devices; the two give the
