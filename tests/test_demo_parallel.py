@@ -88,3 +88,15 @@ def test_a_worker_that_dies_is_reported_by_its_stage(tmp_path):
 def test_a_stage_listed_before_what_it_comes_after_is_refused(tmp_path):
     with pytest.raises(ValueError, match="listed before"):
         run_stages(_runner(tmp_path), [Stage("b", "1", dict, after=("a",)), Stage("a", "1", dict)], workers=2)
+
+
+def test_an_error_that_cannot_travel_comes_back_as_its_text(tmp_path):
+    class LocalError(Exception):  # a class defined in a function does not pickle
+        pass
+
+    def fail():
+        raise LocalError("the atoms are not unit vectors")
+
+    with pytest.raises(StageFailed, match="LocalError: the atoms are not unit vectors") as raised:
+        run_stages(_runner(tmp_path), [Stage("odd", "1", fail)], workers=2, progress=False)
+    assert any("Traceback" in note for note in raised.value.__notes__)

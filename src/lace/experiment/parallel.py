@@ -13,7 +13,6 @@ child that starts a parallel region of several threads after its parent has used
 from __future__ import annotations
 
 import multiprocessing
-import pickle
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -102,16 +101,16 @@ def _start(context, runner: StageRunner, stage: Stage) -> tuple[Connection, mult
 
 
 def _worker(runner: StageRunner, stage: Stage, sender: Connection) -> None:
+    """Run `stage` with one thread; send None when done, else its traceback's text and then the error."""
     torch.set_num_threads(WORKER_THREADS)
     try:
         runner.run(stage.name, stage.key, stage.work)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the parent, which raises it
-        trace = traceback.format_exc()
+        sender.send(traceback.format_exc())
         try:
-            pickle.loads(pickle.dumps(error))
+            sender.send(error)
         except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
-            error = StageFailed(f"stage {stage.name!r}: {type(error).__name__}: {error}")
-        sender.send((error, trace))
+            sender.send(StageFailed(f"stage {stage.name!r}: {type(error).__name__}: {error}"))
         return
     sender.send(None)
 
@@ -119,12 +118,14 @@ def _worker(runner: StageRunner, stage: Stage, sender: Connection) -> None:
 def _finish(runner: StageRunner, stage: Stage, process, receiver: Connection) -> dict:
     """The result `stage`'s worker wrote, or its error raised here."""
     try:
-        message = receiver.recv()
+        trace = receiver.recv()
     except EOFError:  # the worker ended without a word
-        message = (StageFailed(f"stage {stage.name!r}: its worker process ended without a result"), None)
+        trace = None
+        error = StageFailed(f"stage {stage.name!r}: its worker process ended without a result")
+    else:
+        error = None if trace is None else _received_error(stage, receiver)
     process.join()
-    if message is not None:
-        error, trace = message
+    if error is not None:
         if trace:
             error.add_note(f"in the worker process of stage {stage.name!r}:\n{trace}")
         raise error
@@ -135,3 +136,11 @@ def _finish(runner: StageRunner, stage: Stage, process, receiver: Connection) ->
         raise StageFailed(f"stage {stage.name!r}: its worker process wrote no result for key {stage.key}")
     runner.reused[stage.name] = False
     return result
+
+
+def _received_error(stage: Stage, receiver: Connection) -> BaseException:
+    """The error a failed worker sent after its traceback; a `StageFailed` when it cannot be rebuilt here."""
+    try:
+        return receiver.recv()
+    except Exception as error:  # noqa: BLE001 - e.g. an exception class whose arguments do not round-trip
+        return StageFailed(f"stage {stage.name!r} failed; its error could not be read back ({error})")
