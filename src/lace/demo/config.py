@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from lace.edits.config import EditConfig
+from lace.errors import input_error
 from lace.experiment.variants import check_variants
 
 CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
@@ -50,6 +52,11 @@ class DemoConfig:
     threads: int = 0
     """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
     or for a dictionary fit that repeats bit for bit)."""
+    jobs: int = 0
+    """Worker processes, one CPU thread each, for the stages after the dictionary that do not depend on each other
+    (the fine-tunes, their evaluations, the edit grids, WiSE-FT); 0: one per core the demo uses (--threads, or
+    every core). 1 runs every stage in this process with --threads threads. A stage's figures depend on the
+    threads it ran with only through float rounding."""
     world_images: int = 8000
     """Images in the world over all splits (85% train, 5% each of val, test and compositional test)."""
     image_size: int = 32
@@ -90,6 +97,13 @@ class DemoConfig:
 
     def __post_init__(self):
         check_variants(self.only_variants, "DemoConfig", "only_variants")
+        if self.jobs < 0:
+            raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
+
+    @property
+    def workers(self) -> int:
+        """Worker processes of the stages that run side by side (`jobs`, or one per core the demo uses)."""
+        return self.jobs or self.threads or os.cpu_count() or 1
 
     @property
     def variants(self) -> tuple[str, ...]:

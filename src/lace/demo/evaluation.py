@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from lace.demo.world_data import world_split
 from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.retrieval import dataset_embeddings
@@ -34,8 +36,10 @@ def evaluate_on_world(
         dataset = world_split(world_dir, split, "coco")
         images, texts = dataset_embeddings(cache, dataset)
         measures = ("counterfactual_brittleness", "n_k") if editor is not None else ("n_k",)
-        extra = measure(MeasuredSplit(images, texts, dataset.caption_image_index),
-                        MeasureConfig(measures, k=k, n_edits=n_edits), editor=editor)
+        with torch.random.fork_rng(devices=[]):  # the same edits for every model, whatever ran before it
+            torch.manual_seed(seed)
+            extra = measure(MeasuredSplit(images, texts, dataset.caption_image_index),
+                            MeasureConfig(measures, k=k, n_edits=n_edits), editor=editor)
         n_k = {"i2t": extra.pop("nk/i2t"), "t2i": extra.pop("nk/t2i")}
         figures["diagnostics"].update(extra)
         results[split] = {"benchmarks": figures["benchmarks"], "diagnostics": figures["diagnostics"],

@@ -5,6 +5,10 @@ not bind) and report its calibration; 3. fit and label the concept dictionary; 4
 retrieval; 5. fine-tune in every variant from the base with the same data order;
 6. evaluate every model on val, test and test_comp, and on the world's zero-shot tasks;
 7. mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the report.
+
+Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes,
+their evaluations, the edit grids and WiSE-FT do not depend on each other beyond their own order
+and run side by side in `workers` one-thread processes (`lace.experiment.parallel`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +39,7 @@ from lace.edits import EditConfig, build_editor
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
 from lace.eval.runner import EvalConfig
+from lace.experiment.parallel import Stage, run_stages
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
     VARIANTS,
@@ -143,8 +148,6 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     edit_key = stage_key(dictionary_key, config.edit.strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
-    grids = runner.run("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
-                       lambda: edit_grids_stage(labelled, encoder, world_dir, config, figures_dir))
     # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
     zeroshot_config = EvalConfig(benchmarks=("zeroshot",), world=str(world_dir), world_split="test", seed=config.seed,
                                  zeroshot_root=str(world_zeroshot_root(world_dir, out / "zeroshot")))
@@ -154,30 +157,44 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
     # keys include the dictionary's.
     editor = build_editor(labelled, EditConfig())
-    eval_pixels: dict = {}  # every model is one architecture: each evaluation image is decoded once for all
+    # every model is one architecture: each evaluation image is decoded once for all, here, before the
+    # fine-tunes' evaluations are forked off
+    eval_pixels: dict = {}
     evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
         encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed, pixels=eval_pixels))}
+    workers = config.workers
+    # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
+    quiet = replace(config, progress=False) if workers > 1 else config
     finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
     finetune_keys: dict[str, str] = {}
+    finetunes, measures = [], []  # the fine-tunes first: the longest stages start first
+    coco = train_pairs(world_dir, "coco")
     for variant in config.variants:
         own_keys = _own_keys(config, variant, lace_key)
         rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(variant) else None
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
-            key = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
+            key = finetune_keys[name] = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
-            runner.run(f"finetune {name}", key, partial(_finetune, config, variant, seed, train_pairs(world_dir, "coco"), out,
-                                                        base_path, model_path, labelled, vocabulary, rendered))
-            model = load_encoder(config.model, str(model_path))
-            evaluations[name] = runner.run(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
-                evaluate_on_world, model, name, world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed,
-                pixels=eval_pixels))
-            zeroshot[name] = runner.run(f"zeroshot {name}", stage_key(key, "zeroshot"),
-                                        partial(zeroshot_figures, model, name, zeroshot_config))
-            finetune_keys[name] = key
-    wise_ft = _wise_ft(config, runner, out, base_key, finetune_keys, zeroshot_config)
+            finetunes.append(Stage(f"finetune {name}", key, partial(
+                _finetune, quiet, variant, seed, coco, out, base_path, model_path, labelled, vocabulary, rendered)))
+            measures.append(Stage(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
+                _evaluate_saved, config.model, model_path, name, world_dir, vocabulary, editor, config.seed, eval_pixels),
+                after=(f"finetune {name}",)))
+            measures.append(Stage(f"zeroshot {name}", stage_key(key, "zeroshot"), partial(
+                _zeroshot_saved, config.model, model_path, name, zeroshot_config), after=(f"finetune {name}",)))
+    grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
+                  partial(edit_grids_stage, labelled, encoder, world_dir, config, figures_dir))
+    wise_ft = _wise_ft(config, out, base_key, finetune_keys, zeroshot_config)
+    results = run_stages(runner, finetunes + measures + [grids] + ([wise_ft] if isinstance(wise_ft, Stage) else []),
+                         workers, config.progress)
+    for name in finetune_keys:
+        evaluations[name] = results[f"eval {name}"]
+        zeroshot[name] = results[f"zeroshot {name}"]
+    grids = results["edit_grids"]
+    wise_ft = results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft
 
     summary = {
         "config": config_to_dict(config),
@@ -194,7 +211,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         "cpu_seconds": dict(runner.cpu_times),
         "reused": dict(runner.reused),
         # Wall time depends on what else runs on the machine: the load average (1, 5, 15 min) says how busy it was.
-        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "workers": workers,
                     "load_average_at_start": [round(x, 2) for x in load_at_start],
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
                     "wall_seconds_before_report": time.perf_counter() - started},
@@ -212,17 +229,31 @@ WISE_FT_VARIANTS = ("plain", "LACE")
 """The fine-tunes mixed back into the base for the WiSE-FT trade-off (first seed each)."""
 
 
-def _wise_ft(config: DemoConfig, runner: StageRunner, out: Path, base_key: str, finetune_keys: dict[str, str],
-             zeroshot_config: EvalConfig) -> dict:
-    """Zero-shot against swap-attribute (test split) with plain and LACE mixed into the base at each alpha."""
+def _wise_ft(config: DemoConfig, out: Path, base_key: str, finetune_keys: dict[str, str],
+             zeroshot_config: EvalConfig) -> Stage | dict:
+    """The stage scoring zero-shot against swap-attribute (test split) with plain and LACE mixed into the base at
+    each alpha, after their fine-tunes; or, when neither is fine-tuned, the summary saying so."""
     names = {variant: f"{variant} seed {config.seed}" for variant in WISE_FT_VARIANTS}
     names = {variant: name for variant, name in names.items() if name in finetune_keys}
     if not names:
         return {"skipped": f"none of {WISE_FT_VARIANTS} was fine-tuned"}
     paths = {variant: out / "models" / f"{_slug(variant)}-seed{config.seed}.pt" for variant in names}
     key = stage_key(base_key, [finetune_keys[name] for name in names.values()], WISE_FT_ALPHAS, "wise-ft")
-    return runner.run("wise_ft", key, lambda: wise_ft_stage(
-        config.model, out / "models" / "base.pt", paths, zeroshot_config, out / "figures" / "wise_ft.png"))
+    return Stage("wise_ft", key, partial(wise_ft_stage, config.model, out / "models" / "base.pt", paths,
+                                         zeroshot_config, out / "figures" / "wise_ft.png"),
+                 after=tuple(f"finetune {name}" for name in names.values()))
+
+
+def _evaluate_saved(model: str, path: Path, name: str, world_dir: Path, vocabulary: str, editor, seed: int,
+                    pixels: dict) -> dict:
+    """`evaluate_on_world` of the checkpoint at `path`."""
+    return evaluate_on_world(load_encoder(model, str(path)), name, world_dir, vocabulary, editor, DemoConfig.n_edits,
+                             seed, pixels=pixels)
+
+
+def _zeroshot_saved(model: str, path: Path, name: str, config: EvalConfig) -> dict:
+    """`zeroshot_figures` of the checkpoint at `path`."""
+    return zeroshot_figures(load_encoder(model, str(path)), name, config)
 
 
 def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:

@@ -290,7 +290,10 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
                         for name, seconds in summary["wall_seconds"].items()], digits=1))
     machine = summary.get("machine")
     if machine:
-        report.bullets([(f"{machine['threads']} intra-op threads on {machine['cpus']} CPUs; load average "
+        workers = machine.get("workers", 1)
+        side_by_side = (f"; the stages after the dictionary ran side by side in {workers} one-thread worker "
+                        "processes, so their wall seconds overlap" if workers > 1 else "")
+        report.bullets([(f"{machine['threads']} intra-op threads on {machine['cpus']} CPUs{side_by_side}; load average "
                          f"(1, 5, 15 min) {machine['load_average_at_start']} at the start, "
                          f"{machine['load_average_at_end']} at the end; CPU seconds count all threads of "
                          "this process, so on a busy machine they show the work and wall seconds the wait")])

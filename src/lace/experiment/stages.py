@@ -39,24 +39,39 @@ class StageRunner:
     def path(self, name: str) -> Path:
         return self.out / "stages" / f"{name}.json"
 
+    def cached(self, name: str, key: str) -> dict | None:
+        """The recorded result of `name` when it was run with `key` (its times recorded here), else None."""
+        path = self.path(name)
+        if not path.is_file():
+            return None
+        cached = json.loads(path.read_text())
+        if cached.get("key") != key:
+            return None
+        self.wall_times[name] = cached["wall_seconds"]
+        self.cpu_times[name] = cached.get("cpu_seconds")
+        self.reused[name] = True
+        return cached["result"]
+
     def run(self, name: str, key: str, work: Callable[[], dict]) -> dict:
         """Return `work()`'s result for `name`, from the cache when `key` matches."""
-        path = self.path(name)
-        if path.is_file():
-            cached = json.loads(path.read_text())
-            if cached.get("key") == key:
-                self.wall_times[name] = cached["wall_seconds"]
-                self.cpu_times[name] = cached.get("cpu_seconds")
-                self.reused[name] = True
-                self.log(f"[{name}] reused ({cached['wall_seconds']:.1f}s when run)")
-                return cached["result"]
+        result = self.cached(name, key)
+        if result is not None:
+            self.log(f"[{name}] reused ({self.wall_times[name]:.1f}s when run)")
+            return result
         self.log(f"[{name}] running")
         start, cpu_start = time.perf_counter(), time.process_time()
         result = work()
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        atomic_write_json(path, {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
+        atomic_write_json(self.path(name), {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
         self.wall_times[name] = seconds
         self.cpu_times[name] = cpu_seconds
         self.reused[name] = False
         self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
         return result
+
+    def in_order(self, names: list[str]) -> None:
+        """List the times of stages `names` in that order (after any others), whatever order they ran in."""
+        for times in (self.wall_times, self.cpu_times, self.reused):
+            for name in names:
+                if name in times:
+                    times[name] = times.pop(name)

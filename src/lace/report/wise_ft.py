@@ -13,6 +13,7 @@ import torch
 
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
+from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.runner import EvalConfig, run_evaluation
 from lace.io import atomic_write_json
 from lace.report.plots import tradeoff_curves
@@ -31,14 +32,17 @@ def zeroshot_top1(benchmarks: dict) -> float:
 
 
 def _evaluate_weights(model: str, state: dict[str, torch.Tensor], quick_gelu: bool, config: EvalConfig,
-                      device: str, progress: bool) -> dict:
-    """Evaluate a state dict through the one loader every export goes through (side JSON included)."""
+                      device: str, progress: bool, pixels: dict) -> dict:
+    """Evaluate a state dict through the one loader every export goes through (side JSON included).
+
+    `pixels`: decoded images shared by every mix (one architecture, one preprocess), filled here."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "weights.pt"
         torch.save(state, path)
         atomic_write_json(Path(folder) / "weights.pt.json", {"model": model, "quick_gelu": quick_gelu})
         encoder = load_encoder(model, str(path), device=device)
-        return run_evaluation(encoder, config, model=model, progress=progress)
+        cache = EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress, pixels=pixels)
+        return run_evaluation(encoder, config, model=model, progress=progress, cache=cache)
 
 
 def wise_ft_tradeoff(
@@ -74,6 +78,7 @@ def wise_ft_tradeoff(
     benchmark, metric = binding_metric
     config = dataclasses.replace(config, benchmarks=("zeroshot", benchmark), diagnostics=False)
     points, curves, base_figures = [], {}, None
+    pixels: dict = {}  # each image is decoded once for every mix
     for label, finetuned in finetuned_states.items():
         curve = []
         for alpha in alphas:
@@ -81,7 +86,7 @@ def wise_ft_tradeoff(
                 figures = base_figures
             else:
                 mixed = interpolate_state_dicts(base_state, finetuned, float(alpha))
-                figures = _evaluate_weights(model, mixed, quick_gelu, config, device, progress)["benchmarks"]
+                figures = _evaluate_weights(model, mixed, quick_gelu, config, device, progress, pixels)["benchmarks"]
                 base_figures = figures if alpha == 0.0 else base_figures
             zeroshot, binding = zeroshot_top1(figures), figures[benchmark][metric]
             per_task = {f"zeroshot/{key}": value for key, value in figures["zeroshot"].items() if key.endswith("/top1")}
