@@ -14,7 +14,6 @@ Caption-side swaps are measured against the encoded negative caption.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +25,11 @@ from torchvision.transforms import Normalize
 
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_dataset
-from lace.data.world.config import PALETTE, WorldConfig
+from lace.data.world.config import PALETTE
+from lace.data.world.counterfactuals import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
+from lace.io import read_json
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, random_control, transplant
@@ -80,10 +81,6 @@ class FidelityConfig:
     extra: dict = field(default_factory=dict)
 
 
-def _world_config(world: Path) -> WorldConfig:
-    data = json.loads((world / "world.json").read_text())["config"]
-    return WorldConfig(**{key: tuple(value) if isinstance(value, list) else value for key, value in data.items()})
-
 
 def _images(encoder, world: Path, names: list[str]) -> torch.Tensor:
     return torch.stack([encoder.preprocess(Image.open(world / name).convert("RGB")) for name in names])
@@ -113,7 +110,7 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
         raise input_error("FidelityConfig", "methods", f"names from {list(METHODS)}", unknown)
     torch.manual_seed(config.seed)
     world = Path(config.world)
-    world_config = _world_config(world)
+    world_config = read_world_config(world)
     vocabulary = load_vocabulary(world / "vocabulary.yaml")
     clip = encoder.model.eval()
     train = read_dataset(world / "karpathy_coco.json", split="train")
@@ -127,10 +124,10 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     train_captions = [train.records[i].captions for i in range(n_train)]
     train_scenes = None
     if config.renderer_masks:
-        by_id = {s["id"]: s for s in map(json.loads, (world / "scenes_train.jsonl").read_text().splitlines())}
+        by_id = read_scenes(world, "train")
         train_scenes = [by_id[Path(train.records[i].image_path).stem] for i in range(n_train)]
-    items = json.loads((world / "benchmarks" / f"{config.split}.json").read_text())
-    scenes = {s["id"]: s for s in map(json.loads, (world / f"scenes_{config.split}.jsonl").read_text().splitlines())}
+    items = read_json(world / "benchmarks" / f"{config.split}.json", list)
+    scenes = read_scenes(world, config.split)
     families = {family: [item for item in items if item["family"] == family][: config.n_items]
                 for family in ("swap_attribute", "replace_attribute")}
     names = vocabulary.groups()[config.group]
