@@ -70,7 +70,6 @@ def run_stages(runner: StageRunner, stages: Sequence[Stage], workers: int, progr
                     pending.remove(stage)
                     cached = runner.cached(stage.name, stage.key)
                     if cached is not None:
-                        runner.log(f"[{stage.name}] reused ({runner.wall_times[stage.name]:.1f}s when run)")
                         results[stage.name] = cached
                         bar.update()
                         continue
@@ -131,10 +130,9 @@ def _finish(runner: StageRunner, stage: Stage, process, receiver: Connection) ->
         raise error
     if process.exitcode != 0:
         raise StageFailed(f"stage {stage.name!r}: its worker process exited with code {process.exitcode}")
-    result = runner.cached(stage.name, stage.key)
+    result = runner.collect(stage.name, stage.key)
     if result is None:
         raise StageFailed(f"stage {stage.name!r}: its worker process wrote no result for key {stage.key}")
-    runner.reused[stage.name] = False
     return result
 
 

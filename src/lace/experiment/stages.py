@@ -40,34 +40,50 @@ class StageRunner:
         return self.out / "stages" / f"{name}.json"
 
     def cached(self, name: str, key: str) -> dict | None:
-        """The recorded result of `name` when it was run with `key` (its times recorded here), else None."""
-        path = self.path(name)
-        if not path.is_file():
+        """The recorded result of `name` when it was run with `key`, reused (its times noted, a line logged),
+        else None."""
+        record = self._record(name, key)
+        if record is None:
             return None
-        cached = json.loads(path.read_text())
-        if cached.get("key") != key:
+        self._note(name, record["wall_seconds"], record.get("cpu_seconds"), reused=True)
+        self.log(f"[{name}] reused ({record['wall_seconds']:.1f}s when run)")
+        return record["result"]
+
+    def collect(self, name: str, key: str) -> dict | None:
+        """The result another process recorded for `name` with `key` just now (its times noted as a run of this
+        one), else None."""
+        record = self._record(name, key)
+        if record is None:
             return None
-        self.wall_times[name] = cached["wall_seconds"]
-        self.cpu_times[name] = cached.get("cpu_seconds")
-        self.reused[name] = True
-        return cached["result"]
+        self._note(name, record["wall_seconds"], record.get("cpu_seconds"), reused=False)
+        return record["result"]
 
     def run(self, name: str, key: str, work: Callable[[], dict]) -> dict:
         """Return `work()`'s result for `name`, from the cache when `key` matches."""
         result = self.cached(name, key)
         if result is not None:
-            self.log(f"[{name}] reused ({self.wall_times[name]:.1f}s when run)")
             return result
         self.log(f"[{name}] running")
         start, cpu_start = time.perf_counter(), time.process_time()
         result = work()
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         atomic_write_json(self.path(name), {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
-        self.wall_times[name] = seconds
-        self.cpu_times[name] = cpu_seconds
-        self.reused[name] = False
+        self._note(name, seconds, cpu_seconds, reused=False)
         self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
         return result
+
+    def _record(self, name: str, key: str) -> dict | None:
+        """The stage file of `name` when it was written for `key`, else None."""
+        path = self.path(name)
+        if not path.is_file():
+            return None
+        record = json.loads(path.read_text())
+        return record if record.get("key") == key else None
+
+    def _note(self, name: str, wall_seconds: float, cpu_seconds: float | None, reused: bool) -> None:
+        self.wall_times[name] = wall_seconds
+        self.cpu_times[name] = cpu_seconds
+        self.reused[name] = reused
 
     def in_order(self, names: list[str]) -> None:
         """List the times of stages `names` in that order (after any others), whatever order they ran in."""
