@@ -36,7 +36,8 @@ from numba.extending import intrinsic
 
 TILE = 512  # atoms per tile of the residual correlations
 LINE = 64  # bytes per cache line
-RIDGE = 1e-6  # added to the diagonal of the non-negative refit's systems, as in `_least_squares_on_support`
+# Shared with the torch kernel (`sparse_coding._batch_omp`), so that both stop and refit by the same rules:
+RIDGE = 1e-6  # added to the diagonal of the non-negative refit's systems
 DEPENDENT = 1e-7  # an atom whose squared distance to the support's span is below this share of its norm stops the row
 # Reassociation and fused multiply-adds: maxima are exact in any order, and the tile
 # updates' rounding (which the bounds' margin covers) changes by less than float32's own.

@@ -162,12 +162,16 @@ def _fused_omp(
     with record_function("omp/product"):
         torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
     with record_function("omp/fused_rows"):
-        tiny = torch.finfo(atoms.dtype).eps * 16
         gram_rows, gram_tile_maxima = buffers.gram_tables(gram)
         indices, values = fused_omp.omp_rows(
-            correlations.numpy(), gram_rows, gram_tile_maxima, sparsity, nonnegative, tiny
+            correlations.numpy(), gram_rows, gram_tile_maxima, sparsity, nonnegative, _tiny(atoms.dtype)
         )
     return torch.from_numpy(indices), torch.from_numpy(values)
+
+
+def _tiny(dtype: torch.dtype) -> float:
+    """The correlation at or below which a row stops: 16 ulps of 1 in `dtype` (both kernels)."""
+    return torch.finfo(dtype).eps * 16
 
 
 def _batch_omp(
@@ -177,7 +181,7 @@ def _batch_omp(
     n = x.shape[0]
     dtype, device = atoms.dtype, atoms.device
     gram_diag = gram.diagonal()
-    tiny = torch.finfo(dtype).eps * 16
+    tiny = _tiny(dtype)
     correlations = buffers.correlations[:n]  # (n, K)
     with record_function("omp/product"):
         torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
@@ -200,7 +204,7 @@ def _batch_omp(
                 w = torch.bmm(chol_inv[:, :step, :step], cross.unsqueeze(-1)).squeeze(-1)  # L w = g
                 diag_sq = gram_diag[chosen] - (w * w).sum(1)
             # an atom (nearly) in the span of the support adds nothing: stop that sample
-            stopped |= diag_sq <= 1e-7 * gram_diag[chosen]
+            stopped |= diag_sq <= fused_omp.DEPENDENT * gram_diag[chosen]
             inv_diag = torch.where(stopped, torch.ones_like(diag_sq), diag_sq.clamp_min(tiny).rsqrt())
             if step:  # new last row of L^{-1}: [-(w^T L^{-1}) / l_tt, 1 / l_tt]
                 row = -torch.bmm(w.unsqueeze(1), chol_inv[:, :step, :step]).squeeze(1)
@@ -315,7 +319,7 @@ def _least_squares_on_support(
     eye = torch.eye(indices.shape[1], dtype=gram.dtype, device=gram.device)
     system = torch.where(pair_keep, sub_gram, eye.expand_as(sub_gram))
     # a tiny ridge keeps duplicated or dependent atoms solvable
-    system = system + 1e-6 * eye
+    system = system + fused_omp.RIDGE * eye
     rhs = support_correlations * keep
     return torch.linalg.solve(system, rhs.unsqueeze(-1)).squeeze(-1) * keep
 
