@@ -27,13 +27,13 @@ from lace.encoders.towers.top_features import (
     TokenStates,
     cached_image_top_features,
     cached_text_top_features,
+    encode_captions,
 )
 from lace.study.config import HeadsTraining
 from lace.study.top_training import (
     TopSplit,
     TopTraining,
     embed_top_split,
-    encode_captions,
     train_top,
 )
 from tests.conftest import randomise_batch_norms

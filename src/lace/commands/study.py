@@ -45,6 +45,15 @@ def add_parser(subparsers) -> None:
     flickr.add_argument("--zeroshot-templates", default=None, help="prompt templates of --zeroshot-root")
     flickr.add_argument("--edit-config", default=None, metavar="YAML",
                         help="YAML of EditConfig fields for LACE fine-tuning and counterfactual brittleness")
+    tops = flickr.add_argument_group(
+        "trainable tops", "with --tops: the last stage of the image tower and the last two text layers train with the "
+        "heads, on cached intermediates, and every training arm runs (lace.study.flickr8k_top_arms): plain, caption "
+        "negatives, LACE, concept-arithmetic negatives, paired-caption directions, LACE-local, LACE-local + caption "
+        "negatives")
+    tops.add_argument("--tops", action="store_true", help="run the tower-tops study instead of the locked-tower one")
+    tops.add_argument("--arms", default="all", help="comma-separated arm names, or all")
+    tops.add_argument("--split", choices=("val", "test"), default="val",
+                      help="split to measure on (test once, at the end: it reuses every trained model)")
     add_config_arguments(flickr, EditConfig, prefix="edit.")
     add_progress_argument(flickr)
     flickr.set_defaults(func=run)
@@ -60,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.data:
         raise input_error("--data", None, f"a Flickr8k folder (or the environment variable {ENV_VARIABLE})")
     torch.set_num_threads(max(1, args.threads))
+    if args.tops:
+        return run_tops(args)
     prepare_study_folder(args.out, args.overwrite)
     edit = config_from_args(EditConfig, args, yaml_path=args.edit_config, prefix="edit.")
     config = StudyConfig(data=args.data, out=args.out, seeds=args.seeds, feature_cache=args.feature_cache,
@@ -68,3 +79,13 @@ def run(args: argparse.Namespace) -> int:
     results = run_flickr8k_study(config)
     print(f"wrote {args.out}/report.md and report.html in {results['total_seconds']:.0f}s")
     return 0
+
+
+def run_tops(args: argparse.Namespace) -> int:
+    from lace.study.flickr8k_top import main as tops_main
+
+    cache = args.feature_cache or os.path.join(args.out, "features")
+    common = ["--data", args.data, "--cache", cache, "--out", args.out, "--threads", str(max(1, args.threads))]
+    if not os.path.isfile(os.path.join(args.out, "models", "base.safetensors")):
+        tops_main(["protocol", *common, "--seeds", "0"])
+    return tops_main(["arms", *common, "--arms", args.arms, "--seeds", str(args.seeds), "--split", args.split])

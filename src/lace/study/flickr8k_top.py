@@ -3,13 +3,15 @@
     python -m lace.study.flickr8k_top extract --data DIR --cache DIR [--threads 1]
     python -m lace.study.flickr8k_top locked --data DIR --cache DIR --out DIR
     python -m lace.study.flickr8k_top protocol --data DIR --cache DIR --out DIR [--seeds 2]
+    python -m lace.study.flickr8k_top arms --data DIR --cache DIR --out DIR [--arms all] [--seeds 3]
 
 `extract` caches, for every image and caption of Flickr8k, the features entering the
 trainable tops (`lace.encoders.towers.top_features`). `locked` trains today's locked-tower
 heads (the study's base grid) on the pooled features those tops give with their
 pretrained weights, the reference to match. `protocol` trains a base (tops and heads) on
 part of the training images, then plain fine-tunes of it on the other images, and
-measures retrieval of each on validation (`--split test` once, at the end). Every model
+measures retrieval of each on validation (`--split test` once, at the end). `arms`
+fine-tunes every training arm from that base (`lace.study.flickr8k_top_arms`). Every model
 is saved as a `lace-towers` checkpoint that `lace eval` loads.
 """
 
@@ -206,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     extract_parser.add_argument("--which", choices=("both", "images", "texts"), default="both")
     extract_parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     for name, help_text in (("locked", "locked-tower heads on pooled features: the reference"),
-                            ("protocol", "base on part of the training images, plain fine-tunes on the rest")):
+                            ("protocol", "base on part of the training images, plain fine-tunes on the rest"),
+                            ("arms", "every training arm fine-tuned from the protocol's base")):
         command = commands.add_parser(name, help=help_text)
         command.add_argument("--data", required=True)
         command.add_argument("--cache", required=True)
@@ -214,21 +217,28 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--split", choices=("val", "test"), default="val", help="split to measure on")
         command.add_argument("--threads", type=int, default=1)
     commands.choices["locked"].add_argument("--candidates", default="0,3", help="base grid rows to try")
-    protocol = commands.choices["protocol"]
-    protocol.add_argument("--base-share", type=float, default=0.5, help="share of training images for the base")
+    protocol, arms = commands.choices["protocol"], commands.choices["arms"]
+    for command in (protocol, arms):
+        command.add_argument("--base-share", type=float, default=0.5, help="share of training images for the base")
     protocol.add_argument("--finetune-on", choices=("rest", "all"), default="rest")
     protocol.add_argument("--seeds", type=int, default=2)
+    arms.add_argument("--arms", default="all", help="comma-separated arm names, or all")
+    arms.add_argument("--seeds", type=int, default=3)
+    arms.add_argument("--n-edits", type=int, default=4, help="pooled dictionary edits per row")
+    arms.add_argument("--local-n-edits", type=int, default=2, help="local edits per image (swap, transplants)")
+    arms.add_argument("--dictionary-seconds", type=float, default=150.0)
     protocol.add_argument("--base", choices=("tops", "heads"), default="heads",
                           help="what the base trains: tops and heads, or heads only (tops pretrained)")
     protocol.add_argument("--base-heads-candidate", type=int, default=3,
                           help="row of the study's base grid for a heads-only base")
     protocol.add_argument("--base-epochs", type=float, default=10.0)
     protocol.add_argument("--base-lr", type=float, default=1e-3)
-    protocol.add_argument("--finetune-epochs", type=float, default=5.0)
-    protocol.add_argument("--finetune-lr", type=float, default=5e-4)
-    protocol.add_argument("--top-lr-scale", type=float, default=0.1)
-    protocol.add_argument("--hidden-dim", type=int, default=2048)
-    protocol.add_argument("--dropout", type=float, default=0.5)
+    for command in (protocol, arms):
+        command.add_argument("--finetune-epochs", type=float, default=8.0)
+        command.add_argument("--finetune-lr", type=float, default=5e-4)
+        command.add_argument("--top-lr-scale", type=float, default=0.1)
+        command.add_argument("--hidden-dim", type=int, default=2048)
+        command.add_argument("--dropout", type=float, default=0.5)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -236,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(extract(args.data, args.cache, args.which), indent=2))
     elif args.command == "locked":
         locked_reference(args.data, args.cache, args.out, args.split, [int(i) for i in args.candidates.split(",")])
+    elif args.command == "arms":
+        from lace.study.flickr8k_top_arms import TOP_ARMS, run_arms
+
+        names = list(TOP_ARMS) if args.arms == "all" else [name.strip() for name in args.arms.split(",")]
+        run_arms(args.data, args.cache, args.out, names, _training(args, "finetune"), args.seeds, args.split,
+                 args.base_share, args.n_edits, args.local_n_edits, dictionary_seconds=args.dictionary_seconds)
     else:
         run_protocol(args.data, args.cache, args.out, _training(args, "base"), _training(args, "finetune"),
                      args.base_share, args.seeds, args.split, args.finetune_on,

@@ -1,4 +1,4 @@
-"""Training glue for `TowersTop` on cached intermediates: the plain contrastive loop and embedding.
+"""Training glue for `TowersTop` on cached intermediates: the contrastive loop of every arm, and embedding.
 
 The one place that feeds cached image maps and token states to a `TowersTop`; it follows
 the project trainer (seeded `TrainingOrder`, cosine schedule with warm-up, AdamW with
@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from lace.encoders.towers.top import TowersTop
-from lace.encoders.towers.top_features import TokenStates
+from lace.encoders.towers.top_features import TokenStates, encode_captions
 from lace.losses import lace_loss
+from lace.study.top_negatives import TopNegativeSources, batch_negatives, top_arm
 from lace.train.data import TrainingOrder, caption_rows_by_image
 from lace.train.optim import clamp_logit_scale, cosine_lr, excluded_from_weight_decay
 
@@ -72,20 +73,6 @@ def _maps(split: TopSplit, rows) -> torch.Tensor:
     return torch.from_numpy(np.asarray(split.image_maps[np.asarray(rows)], dtype=np.float32))
 
 
-def encode_captions(top: TowersTop, token_states: TokenStates, rows, chunk: int = 64) -> torch.Tensor:
-    """(B, d) unit text embeddings of cached captions `rows`, in their order.
-
-    Captions run through the top layers in length-sorted chunks, each padded to its own
-    longest caption: every caption's embedding depends on its own tokens only, so this
-    equals one padded batch and computes about half as many padded token states.
-    """
-    rows = np.asarray(rows)
-    lengths = token_states.offsets[rows + 1] - token_states.offsets[rows]
-    order = np.argsort(lengths, kind="stable")
-    parts = [top.encode_text_states(*token_states.batch(rows[order[i:i + chunk]])) for i in range(0, len(rows), chunk)]
-    return torch.cat(parts)[torch.from_numpy(np.argsort(order))]
-
-
 def build_top_optimizer(top: TowersTop, weight_decay: float) -> torch.optim.AdamW:
     """AdamW in four groups (top layers or heads, with or without decay); each group's
     `lr_scale` multiplies the scheduled learning rate."""
@@ -101,18 +88,26 @@ def build_top_optimizer(top: TowersTop, weight_decay: float) -> torch.optim.Adam
     )
 
 
-def train_top(top: TowersTop, split: TopSplit, settings: TopTraining, seed: int) -> dict:
-    """Train `top` in place with the plain contrastive loss; return a summary of the run.
+def train_top(top: TowersTop, split: TopSplit, settings: TopTraining, seed: int, arm: str = "plain",
+              sources: TopNegativeSources | None = None) -> dict:
+    """Train `top` in place with arm `arm` (a `lace.experiment.variants` name) and the negatives it draws
+    from `sources`; return a summary of the run.
 
-    The data order depends only on `seed`, the number of images and the batch size.
+    The data order depends only on `seed`, the number of images and the batch size; every arm of a
+    seed sees the same batches in the same order, and its edits are drawn from generators seeded by `seed`.
     """
+    switches, sources = top_arm(arm), sources or TopNegativeSources()
+    sources.check(switches, arm)
     torch.manual_seed(seed)  # dropout draws
+    edits = torch.Generator().manual_seed(seed)
+    if sources.map_editor is not None:
+        sources.map_editor.reseed(seed)
     rows_of_image = caption_rows_by_image(split.caption_image_index, len(split.image_maps))
     order = TrainingOrder([len(r) for r in rows_of_image], min(settings.batch_size, len(rows_of_image)), seed)
     total_steps = max(1, math.ceil(settings.epochs * order.batches_per_epoch))
     optimizer = build_top_optimizer(top, settings.weight_decay)
     top.train()
-    losses, started = [], time.perf_counter()
+    losses, valid_rows, started = [], {"caption": [], "image": []}, time.perf_counter()
     for step in range(total_steps):
         lr = cosine_lr(step, settings.lr, settings.warmup_steps, total_steps)
         for group in optimizer.param_groups:
@@ -120,9 +115,15 @@ def train_top(top: TowersTop, split: TopSplit, settings: TopTraining, seed: int)
         samples = order.micro_batch(step)
         image_rows = [s.index for s in samples]
         caption_rows = [int(split.caption_rows[rows_of_image[s.index][s.caption]]) for s in samples]
-        U = top.encode_image_states(_maps(split, image_rows))
+        maps = _maps(split, image_rows)
+        U = top.encode_image_states(maps)
         V = encode_captions(top, split.token_states, caption_rows)
-        loss = lace_loss(U, V, top.logit_scale.exp())
+        negatives = batch_negatives(top, switches, sources, maps, U, V, np.asarray(caption_rows), edits)
+        loss = lace_loss(U, V, top.logit_scale.exp(), negatives.caption_negatives, negatives.caption_valid,
+                         negatives.image_negatives, negatives.image_valid)
+        for side, valid in (("caption", negatives.caption_valid), ("image", negatives.image_valid)):
+            if valid is not None:
+                valid_rows[side].append(float(valid.any(dim=1).float().mean()))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -130,8 +131,9 @@ def train_top(top: TowersTop, split: TopSplit, settings: TopTraining, seed: int)
         losses.append(loss.item())
     top.eval()
     tail = losses[-max(1, len(losses) // 10):]
-    return {"steps": total_steps, "seconds": time.perf_counter() - started, "final_loss": float(np.mean(tail)),
-            "logit_scale": top.logit_scale.exp().item()}
+    return {"arm": arm, "steps": total_steps, "seconds": time.perf_counter() - started,
+            "final_loss": float(np.mean(tail)), "logit_scale": top.logit_scale.exp().item(),
+            **{f"{side}_negative_rows": float(np.mean(shares)) for side, shares in valid_rows.items() if shares}}
 
 
 @torch.no_grad()
@@ -144,4 +146,4 @@ def embed_top_split(top: TowersTop, split: TopSplit, batch_size: int = 512) -> t
     return images, texts
 
 
-__all__ = ["TopSplit", "TopTraining", "build_top_optimizer", "embed_top_split", "encode_captions", "train_top"]
+__all__ = ["TopSplit", "TopTraining", "build_top_optimizer", "embed_top_split", "train_top"]

@@ -38,6 +38,7 @@ from lace.encoders.towers.top import (
     TEXT_TOP_LAYERS,
     ImageTop,
     TextTop,
+    TowersTop,
     image_below_top,
     text_below_top,
 )
@@ -179,6 +180,20 @@ def compute_text_top_features(encoder: TowersDualEncoder, captions: list[str], p
     return description
 
 
+def encode_captions(top: TowersTop, token_states: TokenStates, rows, chunk: int = 64) -> torch.Tensor:
+    """(B, d) unit text embeddings of cached captions `rows`, in their order.
+
+    Captions run through the top layers in length-sorted chunks, each padded to its own
+    longest caption: every caption's embedding depends on its own tokens only, so this
+    equals one padded batch and computes about half as many padded token states.
+    """
+    rows = np.asarray(rows)
+    lengths = token_states.offsets[rows + 1] - token_states.offsets[rows]
+    order = np.argsort(lengths, kind="stable")
+    parts = [top.encode_text_states(*token_states.batch(rows[order[i:i + chunk]])) for i in range(0, len(rows), chunk)]
+    return torch.cat(parts)[torch.from_numpy(np.argsort(order))]
+
+
 def offsets_path(path: Path) -> Path:
     return path.with_name(path.stem + "-offsets.npy")
 
@@ -224,5 +239,5 @@ def cache_description(path: Path) -> dict:
     return read_json(path.with_suffix(".json"))
 
 
-__all__ = ["TokenStates", "cached_image_top_features", "cached_text_top_features", "image_cache_path",
-           "text_cache_path"]
+__all__ = ["TokenStates", "cached_image_top_features", "cached_text_top_features", "encode_captions",
+           "image_cache_path", "text_cache_path"]
