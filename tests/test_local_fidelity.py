@@ -1,4 +1,5 @@
-"""`measure_fidelity` (`python -m lace.local`) end to end on a tiny world, and its refusal of a damaged one."""
+"""`measure_fidelity` (`python -m lace.local`) end to end on a tiny world, its pooled-embedding arms, and its
+refusal of a damaged world or a missing dictionary."""
 
 from __future__ import annotations
 
@@ -6,11 +7,19 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from lace.concepts.directions import directions_from_captions
+from lace.concepts.labelled import LabelledDictionary, save_labelled_dictionary
+from lace.concepts.labelling import label_atoms
+from lace.concepts.vocabulary import load_vocabulary
+from lace.data.readers import read_dataset
 from lace.data.world import WorldConfig, generate_world
+from lace.dictionary import ConceptDictionary
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.local.fidelity import FidelityConfig, fidelity_markdown, measure_fidelity
+from lace.local.pooled_fidelity import POOLED_METHODS, embedding_random_step, paired_caption_edit
 
 
 @pytest.fixture(scope="module")
@@ -51,4 +60,75 @@ def test_a_damaged_world_json_names_the_file(world, tmp_path):
     encoder = load_encoder("lace-micro-rn-32").eval()
     with pytest.raises(LaceInputError, match="world.json"):
         measure_fidelity(encoder, FidelityConfig(world=str(damaged), layers=("layer1",), n_items=4, n_train=8),
+                         log=lambda *_: None)
+
+
+@pytest.fixture(scope="module")
+def dictionary(world, tmp_path_factory):
+    """A labelled dictionary of the tiny world's embeddings, every atom aligned (tau_align -1) so edits propose."""
+    torch.manual_seed(0)
+    encoder = load_encoder("lace-micro-rn-32").eval()
+    train = read_dataset(world / "karpathy_coco.json", split="train")
+    captions = [caption for record in train.records for caption in record.captions]
+    with torch.no_grad():
+        images = encoder.encode_images(torch.stack([encoder.preprocess(train.load_image(i)) for i in range(len(train))]))
+        texts = encoder.encode_texts(captions)
+    directions = directions_from_captions(load_vocabulary(world / "vocabulary.yaml"), captions, texts, min_count=1)
+    fitted = ConceptDictionary(n_atoms=64, sparsity=6, mode="vocabulary", directions=directions).fit(images, texts)
+    labelling = label_atoms(fitted, directions, images, texts, tau_align=-1.0)
+    folder = tmp_path_factory.mktemp("dictionary")
+    save_labelled_dictionary(LabelledDictionary(fitted, directions, labelling), folder)
+    return folder
+
+
+def test_pooled_arms_report_each_family_beside_their_random_control(world, dictionary):
+    torch.manual_seed(0)
+    encoder = load_encoder("lace-micro-rn-32").eval()
+    config = FidelityConfig(world=str(world), layers=(), text_layers=(), n_items=10, n_train=8,
+                            pooled=POOLED_METHODS, dictionary=str(dictionary))
+    results = measure_fidelity(encoder, config, log=lambda *_: None)
+    json.dumps(results)
+    assert set(results["pooled"]) == set(POOLED_METHODS)
+    for method, figures in results["pooled"].items():
+        for kind in ("swap", "transplant"):
+            measured = figures[kind]
+            assert measured["n"] == 10 and 0 <= measured["valid_share"] <= 1
+            if measured["valid_share"] > 0:
+                for arm in ("edit", "random_control"):
+                    assert -1 <= measured[arm]["direction_agreement"] <= 1
+                    assert -1 <= measured[arm]["cos_edit_rendered"] <= 1
+                    assert 0 <= measured[arm]["prefers_edited_caption"] <= 1
+    assert results["pooled"]["paired_caption_directions"]["swap"]["valid_share"] == 1.0
+    # concept arithmetic mirrors the slots of the dictionary edits it is the control of
+    for kind in ("swap", "transplant"):
+        assert (results["pooled"]["lace"][kind]["valid_share"]
+                == results["pooled"]["concept_arithmetic"][kind]["valid_share"])
+    assert max(results["pooled"]["lace"][kind]["valid_share"] for kind in ("swap", "transplant")) > 0
+    text = fidelity_markdown(results)
+    for method in POOLED_METHODS:
+        assert f"| {method} | swap |" in text and f"| {method} | transplant |" in text
+
+
+def test_paired_caption_edit_is_the_caption_change_moved_onto_the_image():
+    u, v_pos, v_neg = torch.eye(3)[None, 0], torch.eye(3)[None, 1], torch.eye(3)[None, 2]
+    expected = torch.tensor([[1.0, -1.0, 1.0]]) / 3**0.5  # normalise(u + v_neg - v_pos) by hand
+    torch.testing.assert_close(paired_caption_edit(u, v_pos, v_neg), expected)
+
+
+def test_pooled_random_control_has_the_edits_norm():
+    u = F.normalize(torch.randn(5, 16, generator=torch.Generator().manual_seed(1)), dim=-1)
+    u_edit = F.normalize(u + 0.3 * torch.randn(5, 16, generator=torch.Generator().manual_seed(2)), dim=-1)
+    step = u_edit - u
+    control = embedding_random_step(step, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(control.norm(dim=-1), step.norm(dim=-1))
+    assert F.cosine_similarity(control, step, dim=-1).abs().max() < 0.9
+
+
+def test_dictionary_arms_without_a_dictionary_name_the_field(world):
+    encoder = load_encoder("lace-micro-rn-32").eval()
+    with pytest.raises(LaceInputError, match="field 'dictionary'.*lace"):
+        measure_fidelity(encoder, FidelityConfig(world=str(world), layers=(), text_layers=(), pooled=("lace",)),
+                         log=lambda *_: None)
+    with pytest.raises(LaceInputError, match="field 'pooled'"):
+        measure_fidelity(encoder, FidelityConfig(world=str(world), layers=(), pooled=("lace_local",)),
                          log=lambda *_: None)

@@ -251,3 +251,15 @@ def test_run_arms_trains_saves_and_reuses_every_arm(tmp_path):
     assert not any("trained" in line for line in lines)
     assert {arm: path.stat().st_mtime_ns for arm, path in checkpoints.items()} == trained_at
     assert again["summary"] == result["summary"]
+
+
+def test_lace_study_flickr8k_tops_trains_the_base_then_the_arms(tmp_path):
+    from lace.cli import main
+
+    data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "study"
+    assert main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(out), "--arms", "plain",
+                 "--seeds", "1"]) == 0
+    assert (out / "models" / "base.safetensors").is_file() and (out / "features").is_dir()
+    result = json.loads((out / "arms-val.json").read_text())
+    assert result["arms"] == ["plain"] and result["summary"]["plain"]["i2t/R@1"]["n"] == 1
+    assert (out / result["runs"]["plain"][0]["checkpoint"]).is_file()

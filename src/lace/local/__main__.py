@@ -1,5 +1,7 @@
 """Fidelity tables of local edits: `python -m lace.local --world W --model M --pretrained P --out DIR`.
 
+With `--pooled` (and `--dictionary` for lace and concept_arithmetic) also the pooled-embedding arms.
+
 Writes DIR/fidelity.json and DIR/fidelity.md.
 """
 
@@ -14,6 +16,7 @@ import torch
 from lace.encoders.registry import load_encoder
 from lace.io import atomic_write_json, atomic_write_text
 from lace.local.fidelity import METHODS, FidelityConfig, fidelity_markdown, measure_fidelity
+from lace.local.pooled_fidelity import POOLED_METHODS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locate-layer", default=None, help="layer the reader finds objects at (default: each edit layer)")
     parser.add_argument("--renderer-masks", action="store_true",
                         help="also measure each method placed by the renderer's masks (a diagnostic of the operator)")
+    parser.add_argument("--pooled", default="",
+                        help=f"pooled-embedding arms to measure too, comma-separated from {','.join(POOLED_METHODS)}")
+    parser.add_argument("--dictionary", default=None,
+                        help="labelled dictionary folder of the same base (lace dict fit; the demo's DIR/dictionary), "
+                             "for the lace and concept_arithmetic arms")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     encoder = load_encoder(args.model, args.pretrained)
@@ -40,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                             text_layers=tuple(filter(None, args.text_layers.split(","))),
                             methods=tuple(args.methods.split(",")), split=args.split, n_items=args.n_items,
                             n_train=args.n_train, seed=args.seed, locate_layer=args.locate_layer,
-                            renderer_masks=args.renderer_masks)
+                            renderer_masks=args.renderer_masks, pooled=tuple(filter(None, args.pooled.split(","))),
+                            dictionary=args.dictionary)
     results = measure_fidelity(encoder, config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@ captions. An image-side edit of the image's features at L is compared with the r
 each beside the same-size random step at the same positions. Binding swaps are measured on the
 `swap_attribute` items, transplants on `replace_attribute` items (the renderer's one-object recolour).
 Objects are found from the features (the reader); the renderer's masks only measure that (IoU).
-Caption-side swaps are measured against the encoded negative caption.
+Caption-side swaps are measured against the encoded negative caption. With `pooled`, the pooled-embedding
+arms' image-side counterfactuals (paired-caption directions, LACE's dictionary edits, concept arithmetic) are
+measured on the same items (`lace.local.pooled_fidelity`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import Normalize
 
+from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_dataset
 from lace.data.world.config import PALETTE
@@ -34,7 +37,9 @@ from lace.local.codes import LocalConceptCodes
 from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, mask_iou
+from lace.local.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
 from lace.local.recolour import RecolourRegression
+from lace.local.scores import family_figures, mean_or_none
 from lace.local.text import caption_swap_negatives, single_token_ids
 from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport
@@ -76,6 +81,11 @@ class FidelityConfig:
     renderer_masks: bool = False
     """Also measure, as a diagnostic only, each method placed by the renderer's masks and true colours
     (fitted and applied so): the fidelity the operator reaches when localisation is perfect."""
+    pooled: tuple[str, ...] = ()
+    """Pooled-embedding arms measured beside the local edits: paired_caption_directions, lace,
+    concept_arithmetic (`lace.local.pooled_fidelity.POOLED_METHODS`)."""
+    dictionary: str | None = None
+    """Labelled concept dictionary folder of the same base (`lace dict fit`), for lace and concept_arithmetic."""
     seed: int = 0
     batch_size: int = 200
     extra: dict = field(default_factory=dict)
@@ -86,21 +96,6 @@ def _images(encoder, world: Path, names: list[str]) -> torch.Tensor:
     return torch.stack([encoder.preprocess(Image.open(world / name).convert("RGB")) for name in names])
 
 
-def _mean(values: torch.Tensor) -> float | None:
-    return float(values.float().mean()) if len(values) else None
-
-
-def _scores(u, u_edit, u_rendered, v_pos, v_neg) -> dict:
-    """Per-row figures (N,) -> their means over the rows."""
-    agreement = F.cosine_similarity(u_edit - u, u_rendered - u, dim=-1)
-    return {
-        "direction_agreement": _mean(agreement),
-        "direction_agreement_se": float(agreement.std() / len(agreement) ** 0.5) if len(agreement) > 1 else None,
-        "cos_edit_rendered": _mean((u_edit * u_rendered).sum(-1)),
-        "prefers_edited_caption": _mean(((u_edit * v_neg).sum(-1) > (u_edit * v_pos).sum(-1)).float()),
-    }
-
-
 def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     """Every figure of the fidelity tables, as a JSON-ready dict."""
     if config.split.startswith("test"):
@@ -108,6 +103,10 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     unknown = [m for m in config.methods if m not in METHODS]
     if unknown:
         raise input_error("FidelityConfig", "methods", f"names from {list(METHODS)}", unknown)
+    check_pooled(config.pooled, config.dictionary)
+    # loaded before the long local measurements, so a bad folder fails at once
+    labelled = (load_labelled_dictionary(config.dictionary)
+                if any(name in DICTIONARY_METHODS for name in config.pooled) else None)
     torch.manual_seed(config.seed)
     world = Path(config.world)
     world_config = read_world_config(world)
@@ -131,7 +130,8 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     families = {family: [item for item in items if item["family"] == family][: config.n_items]
                 for family in ("swap_attribute", "replace_attribute")}
     names = vocabulary.groups()[config.group]
-    results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers)},
+    results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers),
+                          "pooled": list(config.pooled)},
                "n_train": n_train, "image": {}, "text": {}}
     with torch.no_grad():
         data = {}
@@ -156,12 +156,14 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
             edited, valid = caption_swap_negatives(clip, tokens, concept_ids, layer)
             edited, valid = edited[:, 0], valid[:, 0]
             results["text"][layer] = {
-                "valid_share": _mean(valid),
-                "direction_agreement": _mean(F.cosine_similarity(edited - v_pos, v_neg - v_pos, dim=-1)[valid]),
-                "cos_edit_rendered": _mean((edited * v_neg).sum(-1)[valid]),
-                "cos_original_rendered": _mean((v_pos * v_neg).sum(-1)[valid]),
+                "valid_share": mean_or_none(valid),
+                "direction_agreement": mean_or_none(F.cosine_similarity(edited - v_pos, v_neg - v_pos, dim=-1)[valid]),
+                "cos_edit_rendered": mean_or_none((edited * v_neg).sum(-1)[valid]),
+                "cos_original_rendered": mean_or_none((v_pos * v_neg).sum(-1)[valid]),
             }
             log(f"[text {layer}] {results['text'][layer]}")
+        if config.pooled:
+            results["pooled"] = measure_pooled(config.pooled, labelled, families, scenes, data, config.seed, log)
     return results
 
 
@@ -227,20 +229,7 @@ def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary
             control = random_control(step, generator)
             u_edit = split.upper(features + step)
             u_control = split.upper(features + control)
-            rows = valid
-            args = (d["u"][rows], d["u_rendered"][rows])
-            figures[kind] = {
-                "n": len(valid),
-                "valid_share": _mean(valid),
-                "edit": _scores(args[0], u_edit[rows], args[1], d["v_pos"][rows], d["v_neg"][rows]),
-                "random_control": _scores(args[0], u_control[rows], args[1], d["v_pos"][rows], d["v_neg"][rows]),
-                "original": {"cos_original_rendered": _mean((args[0] * args[1]).sum(-1)),
-                             "prefers_edited_caption": _mean(((args[0] * d["v_neg"][rows]).sum(-1)
-                                                              > (args[0] * d["v_pos"][rows]).sum(-1)).float())},
-                "rendered_prefers_edited_caption": _mean(((args[1] * d["v_neg"][rows]).sum(-1)
-                                                          > (args[1] * d["v_pos"][rows]).sum(-1)).float()),
-                "step_norm": _mean(step.flatten(1).norm(dim=1)[rows]),
-            }
+            figures[kind] = family_figures(d, valid, u_edit, u_control, step.flatten(1).norm(dim=1))
         name = f"{method} (renderer masks)" if masks else method
         out["methods"][name] = figures
         log(f"[image {layer} {name}] swap {figures['swap']['edit']} control "
@@ -295,10 +284,41 @@ def _codes_summary(clip, layer, train_pixels, train_captions, vocabulary, group,
             "labelled": int(labelled.sum())}
 
 
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _figure_cells(row: dict) -> str:
+    """The cells of one family's figures, from `valid` to the caption preferences."""
+    f = _number
+    return (f"{f(row['valid_share'])} | {f(row['edit']['direction_agreement'])} | "
+            f"{f(row['random_control']['direction_agreement'])} | {f(row['edit']['cos_edit_rendered'])} | "
+            f"{f(row['original']['cos_original_rendered'])} | {f(row['random_control']['cos_edit_rendered'])} | "
+            f"{f(row['edit']['prefers_edited_caption'])} / {f(row['original']['prefers_edited_caption'])} / "
+            f"{f(row['rendered_prefers_edited_caption'])} / {f(row['random_control']['prefers_edited_caption'])} |")
+
+
+def _pooled_markdown(pooled: dict) -> list[str]:
+    """The pooled-embedding arms' table and the colour pairs their editor refused."""
+    lines = ["", ("Pooled-embedding image-side edits (the non-local arms) on the same items; control = random step "
+                  "of the edit's size |u_edit - u| in embedding space, then normalised:"), "",
+             ("| method | edit | valid | direction | control | cos(u_edit, u_r) | cos(u, u_r) | control cos | "
+              "prefers edited caption (edit / original / rendered / control) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    refused = []
+    for method, figures in pooled.items():
+        for kind, row in figures.items():
+            lines.append(f"| {method} | {kind} | {_figure_cells(row)}")
+            if row["refused_pairs"]:
+                refused.append(f"- {method} {kind}: {', '.join(sorted(row['refused_pairs']))}")
+    if refused:
+        lines += ["", "Colour pairs the editor refused (their rows count as invalid):", "", *refused]
+    return lines
+
+
 def fidelity_markdown(results: dict) -> str:
     """The fidelity tables as markdown."""
-    def f(value):
-        return "-" if value is None else f"{value:.3f}"
+    f = _number
 
     lines = [(f"Image-side edits on {results['config']['split']} items (fitted on {results['n_train']} training "
               "images). Direction agreement = cos(u_edit - u, u_rendered - u); control = same-size random step at "
@@ -310,12 +330,7 @@ def fidelity_markdown(results: dict) -> str:
     for layer, layer_results in results["image"].items():
         for method, figures in layer_results["methods"].items():
             for kind, row in figures.items():
-                lines.append(
-                    f"| {layer} | {method} | {kind} | {f(row['valid_share'])} | {f(row['edit']['direction_agreement'])} | "
-                    f"{f(row['random_control']['direction_agreement'])} | {f(row['edit']['cos_edit_rendered'])} | "
-                    f"{f(row['original']['cos_original_rendered'])} | {f(row['random_control']['cos_edit_rendered'])} | "
-                    f"{f(row['edit']['prefers_edited_caption'])} / {f(row['original']['prefers_edited_caption'])} / "
-                    f"{f(row['rendered_prefers_edited_caption'])} / {f(row['random_control']['prefers_edited_caption'])} |")
+                lines.append(f"| {layer} | {method} | {kind} | {_figure_cells(row)}")
     lines += ["", "Localisation from features (renderer masks only measure) and local codes:", "",
               ("| layer | grid | both objects' concepts right | mask IoU | reader loss | codes FVU | atoms labelled | "
                "mean alignment (labelled) | mean alignment (random labels) |"), "|---|---|---|---|---|---|---|---|---|"]
@@ -330,4 +345,6 @@ def fidelity_markdown(results: dict) -> str:
     for layer, row in results["text"].items():
         lines.append(f"| {layer} | {f(row['valid_share'])} | {f(row['direction_agreement'])} | "
                      f"{f(row['cos_edit_rendered'])} | {f(row['cos_original_rendered'])} |")
+    if "pooled" in results:
+        lines += _pooled_markdown(results["pooled"])
     return "\n".join(lines) + "\n"
