@@ -104,6 +104,9 @@ def test_pooled_arms_report_each_family_beside_their_random_control(world, dicti
         assert (results["pooled"]["lace"][kind]["valid_share"]
                 == results["pooled"]["concept_arithmetic"][kind]["valid_share"])
     assert max(results["pooled"]["lace"][kind]["valid_share"] for kind in ("swap", "transplant")) > 0
+    for kind in ("swap", "transplant"):  # every invalid row has one reason
+        measured = results["pooled"]["lace"][kind]
+        assert sum(measured["invalid_shares"].values()) + measured["valid_share"] == pytest.approx(1.0)
     text = fidelity_markdown(results)
     for method in POOLED_METHODS:
         assert f"| {method} | swap |" in text and f"| {method} | transplant |" in text

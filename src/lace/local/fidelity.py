@@ -305,12 +305,20 @@ def _pooled_markdown(pooled: dict) -> list[str]:
              ("| method | edit | valid | direction | control | cos(u_edit, u_r) | cos(u, u_r) | control cos | "
               "prefers edited caption (edit / original / rendered / control) |"),
              "|---|---|---|---|---|---|---|---|---|"]
-    refused = []
+    reasons, refused = [], []
     for method, figures in pooled.items():
         for kind, row in figures.items():
             lines.append(f"| {method} | {kind} | {_figure_cells(row)}")
+            if row["invalid_shares"]:
+                reasons.append(f"| {method} | {kind} | {_number(row['valid_share'])} | "
+                               + " | ".join(_number(row["invalid_shares"][reason]) for reason in
+                                            ("refused_pair", "not_proposed", "failed_effect_check")) + " |")
             if row["refused_pairs"]:
                 refused.append(f"- {method} {kind}: {', '.join(sorted(row['refused_pairs']))}")
+    if reasons:
+        lines += ["", "Why dictionary edits are invalid (shares of all rows):", "",
+                  "| method | edit | valid | pair refused | no edit proposed | failed effect check |",
+                  "|---|---|---|---|---|---|", *reasons]
     if refused:
         lines += ["", "Colour pairs the editor refused (their rows count as invalid):", "", *refused]
     return lines

@@ -13,7 +13,8 @@ pooled image embedding u (N, d) instead of inside the tower:
 Colour names come from the item's edit and its scene. The control of each edit is a random step
 of the edit's size |u_edit - u| in embedding space, then normalised. Rows the editor cannot edit
 (a colour owning no aligned atom, a source not strongly used, a swap of near-equal weights, a
-failed effect check) count as invalid in `valid_share`; pairs it refuses outright are listed.
+failed effect check) count as invalid in `valid_share`; pairs it refuses outright are listed, and
+`invalid_shares` splits the invalid rows by reason.
 """
 
 from __future__ import annotations
@@ -74,13 +75,15 @@ def embedding_random_step(step: Tensor, generator: torch.Generator) -> Tensor:
 
 
 def targeted_dictionary_edits(labelled: LabelledDictionary, u: Tensor, kind: str, pairs: list[tuple[str, str]],
-                              arithmetic: bool, seed: int) -> tuple[Tensor, Tensor, dict[str, str]]:
+                              arithmetic: bool, seed: int) -> tuple[Tensor, Tensor, Tensor, dict[str, str]]:
     """The editor's `kind` edit ("swap" or "transplant") of each row's colour pair, on image embeddings u (N, d).
 
-    Returns u_edit (N, d) (u itself on invalid rows), valid (N,) and, for pairs the editor refuses
-    outright, "source=target" -> its reason.
+    Returns u_edit (N, d) (u itself on invalid rows), valid (N,), proposed (N,) (the editor found
+    the edit feasible, before its effect check) and, for pairs the editor refuses outright,
+    "source=target" -> its reason.
     """
-    u_edit, valid, refused = u.clone(), torch.zeros(len(u), dtype=torch.bool), {}
+    u_edit, refused = u.clone(), {}
+    valid, proposed = torch.zeros(len(u), dtype=torch.bool), torch.zeros(len(u), dtype=torch.bool)
     for pair in sorted(set(pairs)):
         rows = torch.tensor([row for row, other in enumerate(pairs) if other == pair])
         name = f"{pair[0]}={pair[1]}"
@@ -96,7 +99,17 @@ def targeted_dictionary_edits(labelled: LabelledDictionary, u: Tensor, kind: str
         make = editor.concept_arithmetic if arithmetic else editor.counterfactuals
         edited = make(u[rows], "image", 1, torch.Generator().manual_seed(seed))
         u_edit[rows], valid[rows] = edited.embeddings[:, 0], edited.valid[:, 0]
-    return u_edit, valid, refused
+        proposed[rows] = edited.records.proposed[:, 0]
+    return u_edit, valid, proposed, refused
+
+
+def invalid_shares(pairs: list[tuple[str, str]], refused: dict[str, str], proposed: Tensor, valid: Tensor) -> dict:
+    """Shares of all rows (N,) invalid because the pair was refused, no edit was proposed (a colour
+    not strongly used, or two near-equal weights), or the proposed edit failed its effect check."""
+    was_refused = torch.tensor([f"{source}={target}" in refused for source, target in pairs])
+    return {"refused_pair": float(was_refused.float().mean()),
+            "not_proposed": float((~was_refused & ~proposed).float().mean()),
+            "failed_effect_check": float((proposed & ~valid).float().mean())}
 
 
 def measure_pooled(pooled: tuple[str, ...], labelled: LabelledDictionary | None, families: dict[str, list[dict]],
@@ -112,18 +125,20 @@ def measure_pooled(pooled: tuple[str, ...], labelled: LabelledDictionary | None,
         for family, kind in EDIT_KIND_OF_FAMILY.items():
             embeddings = data[family]
             u = embeddings["u"]
-            refused = {}
+            refused, reasons = {}, {}
             if method == "paired_caption_directions":
                 u_edit = paired_caption_edit(u, embeddings["v_pos"], embeddings["v_neg"])
                 valid = (embeddings["v_neg"] - embeddings["v_pos"]).norm(dim=-1) > 0
             else:
                 pairs = item_colour_pairs(families[family], scenes, family)
-                u_edit, valid, refused = targeted_dictionary_edits(labelled, u, kind, pairs,
-                                                                   method == "concept_arithmetic", seed)
+                u_edit, valid, proposed, refused = targeted_dictionary_edits(labelled, u, kind, pairs,
+                                                                             method == "concept_arithmetic", seed)
+                reasons = invalid_shares(pairs, refused, proposed, valid)
             step = u_edit - u
             u_control = F.normalize(u + embedding_random_step(step, generator), dim=-1)
             figures = family_figures(embeddings, valid, u_edit, u_control, step.norm(dim=-1))
             figures["refused_pairs"] = refused
+            figures["invalid_shares"] = reasons
             results[method][kind] = figures
             log(f"[pooled {method}] {kind} valid {figures['valid_share']} edit {figures['edit']} "
                 f"control {figures['random_control']['direction_agreement']}")
