@@ -263,3 +263,24 @@ def test_lace_study_flickr8k_tops_trains_the_base_then_the_arms(tmp_path):
     result = json.loads((out / "arms-val.json").read_text())
     assert result["arms"] == ["plain"] and result["summary"]["plain"]["i2t/R@1"]["n"] == 1
     assert (out / result["runs"]["plain"][0]["checkpoint"]).is_file()
+
+
+def _summary(plain: tuple[float, float], local: tuple[float, float], r_at_1: float) -> dict:
+    """Arms' summaries with swap_att = swap_obj = (mean, std) and both R@1 = r_at_1 for LACE-local (plain 0.5)."""
+    def arm(mean_std, recall):
+        swap = {"mean": mean_std[0], "std": mean_std[1], "n": 3}
+        return {"sugarcrepe_style/swap_att": swap, "sugarcrepe_style/swap_obj": swap,
+                "i2t/R@1": {"mean": recall, "std": 0.0, "n": 3}, "t2i/R@1": {"mean": recall, "std": 0.0, "n": 3}}
+
+    return {"plain": arm(plain, 0.5), "LACE-local": arm(local, r_at_1)}
+
+
+def test_target_checks_compare_the_gain_with_twice_the_seed_spread_and_retrieval_with_two_points():
+    from lace.study.flickr8k_top_arms import target_checks
+
+    met = target_checks(_summary((0.60, 0.01), (0.63, 0.01), r_at_1=0.485))
+    assert [check["met"] for check in met] == [True, True, True, True]
+    missed = target_checks(_summary((0.60, 0.02), (0.63, 0.01), r_at_1=0.47))
+    assert [check["met"] for check in missed] == [False, False, False, False]
+    assert "+3.0 points, spread 2.0" in missed[0]["measured"]
+    assert target_checks({"plain": {}}) == []

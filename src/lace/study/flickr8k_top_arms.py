@@ -249,7 +249,33 @@ def arms_table(result: dict) -> str:
                  if plain is not None and columns[0] in figures else "–")
         seconds = f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {delta} | {seconds} |")
+    checks = target_checks(summary)
+    if checks:
+        lines += ["", "The issue's Flickr8k targets for LACE-local against plain:", ""]
+        lines += [f"- {'met' if check['met'] else 'missed'}: {check['target']} ({check['measured']})"
+                  for check in checks]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["TOP_ARMS", "arms_table", "run_arms", "summarise"]
+def target_checks(summary: dict, arm: str = "LACE-local") -> list[dict]:
+    """The pre-registered Flickr8k targets of `arm` against plain: on each swap-type family the gain over
+    plain exceeds twice the seed spread (the larger standard deviation of the two arms); retrieval
+    within 2 points of plain both ways. Empty when either arm is missing."""
+    if arm not in summary or "plain" not in summary:
+        return []
+    ours, plain = summary[arm], summary["plain"]
+    checks = []
+    for kind in BINDING_KINDS:
+        metric = f"sugarcrepe_style/{kind}"
+        gain = ours[metric]["mean"] - plain[metric]["mean"]
+        spread = max(ours[metric]["std"], plain[metric]["std"])
+        checks.append({"target": f"{arm} − plain on i2t {kind} > 2 × seed spread", "met": gain > 2 * spread,
+                       "measured": f"{100 * gain:+.1f} points, spread {100 * spread:.1f}"})
+    for metric in ("i2t/R@1", "t2i/R@1"):
+        gap = ours[metric]["mean"] - plain[metric]["mean"]
+        checks.append({"target": f"{metric} within 2 points of plain", "met": gap >= -0.02,
+                       "measured": f"{100 * gap:+.1f} points"})
+    return checks
+
+
+__all__ = ["TOP_ARMS", "arms_table", "run_arms", "summarise", "target_checks"]
