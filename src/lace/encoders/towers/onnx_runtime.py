@@ -25,29 +25,30 @@ from lace.errors import LaceInputError
 
 RUNTIMES = {"image": ("onnxruntime", "torch"), "text": ("onnxruntime", "torch", "torch-bf16")}
 """The runtimes of each tower. `torch-bf16` is PyTorch under bfloat16 autocast (float32 pooling): on a CPU
-with AMX its matrix products run on the AMX tiles. The text tower's features agree with float32 to cosine
+with AMX or AVX-512 BF16 its matrix products run in bfloat16 hardware. The text tower's features agree with float32 to cosine
 >= 1 - 1e-4 (0.99997 at worst over Flickr8k's captions); the image tower's do not (0.998), so it has no
 bf16 runtime."""
 OPSET = 17
 
 
-def has_amx() -> bool:
-    """Whether this CPU has AMX tiles (where bfloat16 matrix products run several times faster than float32)."""
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return bool(probe()) if probe is not None else False
+def has_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware: AMX tiles, or AVX-512 BF16 dot products
+    (where bfloat16 matrix products run several times faster than float32)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    return any(bool(probe()) for probe in probes if probe is not None)
 
 
 def default_runtime(tower: str) -> str:
     """The runtime `tower` ("image" or "text") runs in by default, as measured on 2 CPU cores
     (docs/results.md, Speed):
     - image: ONNX Runtime where it is installed (`lace[scale]`), about twice PyTorch's rate;
-    - text: PyTorch in bfloat16 on a CPU with AMX (about 2.5x float32, cosine >= 1 - 1e-4 to it),
-      else PyTorch in float32 (ONNX Runtime was not faster on a quiet machine: its attention fusion
+    - text: PyTorch in bfloat16 on a CPU with bfloat16 matrix instructions (AMX or AVX-512 BF16: about
+      2.5-3x float32, cosine >= 1 - 1e-4 to it), else PyTorch in float32 (ONNX Runtime was not faster on a quiet machine: its attention fusion
       does not match this export).
     All of them give the same features within 1e-4 cosine."""
     if tower == "image":
         return "onnxruntime" if importlib.util.find_spec("onnxruntime") is not None else "torch"
-    return "torch-bf16" if has_amx() else "torch"
+    return "torch-bf16" if has_bf16_matmul() else "torch"
 
 
 class _PooledText(torch.nn.Module):

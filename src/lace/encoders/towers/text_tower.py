@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lace.errors import LaceInputError
@@ -70,6 +71,11 @@ class TextTower(torch.nn.Module):
             list(texts), padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
         )
         return batch["input_ids"]
+
+    def token_counts(self, texts: list[str]) -> np.ndarray:
+        """(N,) how many tokens each text has after truncation (start and end tokens included)."""
+        ids = self._tokenizer(list(texts), truncation=True, max_length=self.max_tokens)["input_ids"]
+        return np.array([len(row) for row in ids], dtype=np.int64)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, L) token ids -> (N, 384) mean-pooled features (not normalised)."""

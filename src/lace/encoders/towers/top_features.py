@@ -142,10 +142,9 @@ def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDat
 def compute_text_top_features(encoder: TowersDualEncoder, captions: list[str], path: Path,
                               batch_size: int = 256, progress: bool = False) -> dict:
     """Write the ragged (T, 384) float16 token states of `captions` and their offsets; return the description."""
-    bert, tokenizer = encoder.text_tower.model, encoder.text_tower._tokenizer
+    bert = encoder.text_tower.model
     top = TextTop(bert).eval()
-    lengths = np.array([len(ids) for ids in tokenizer(list(captions), truncation=True,
-                                                      max_length=encoder.text_tower.max_tokens)["input_ids"]])
+    lengths = encoder.text_tower.token_counts(captions)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     by_length = sorted(range(len(captions)), key=lambda i: lengths[i])  # little padding per batch
     started, min_cosine = time.perf_counter(), None
