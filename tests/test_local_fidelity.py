@@ -1,4 +1,4 @@
-"""`measure_fidelity` (`python -m lace.local`) end to end on a tiny world, its pooled-embedding arms, and its
+"""`measure_fidelity` (`python -m lace.experiment.fidelity_cli`) end to end on a tiny world, its pooled-embedding arms, and its
 refusal of a damaged world or a missing dictionary."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from lace.data.world import WorldConfig, generate_world
 from lace.dictionary import ConceptDictionary
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
-from lace.local.fidelity import FidelityConfig, fidelity_markdown, measure_fidelity
-from lace.local.pooled_fidelity import POOLED_METHODS, embedding_random_step, paired_caption_edit
+from lace.experiment.fidelity import FidelityConfig, fidelity_markdown, measure_fidelity
+from lace.experiment.pooled_fidelity import POOLED_METHODS, embedding_random_step, paired_caption_edit
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ each beside the same-size random step at the same positions. Binding swaps are m
 Objects are found from the features (the reader); the renderer's masks only measure that (IoU).
 Caption-side swaps are measured against the encoded negative caption. With `pooled`, the pooled-embedding
 arms' image-side counterfactuals (paired-caption directions, LACE's dictionary edits, concept arithmetic) are
-measured on the same items (`lace.local.pooled_fidelity`).
+measured on the same items (`lace.experiment.pooled_fidelity`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from lace.local.codes import LocalConceptCodes
 from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, mask_iou
-from lace.local.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
+from lace.experiment.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
 from lace.local.recolour import RecolourRegression
-from lace.local.scores import family_figures, mean_or_none
+from lace.experiment.fidelity_scores import family_figures, mean_or_none
 from lace.local.text import caption_swap_negatives, single_token_ids
 from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport
@@ -83,7 +83,7 @@ class FidelityConfig:
     (fitted and applied so): the fidelity the operator reaches when localisation is perfect."""
     pooled: tuple[str, ...] = ()
     """Pooled-embedding arms measured beside the local edits: paired_caption_directions, lace,
-    concept_arithmetic (`lace.local.pooled_fidelity.POOLED_METHODS`)."""
+    concept_arithmetic (`lace.experiment.pooled_fidelity.POOLED_METHODS`)."""
     dictionary: str | None = None
     """Labelled concept dictionary folder of the same base (`lace dict fit`), for lace and concept_arithmetic."""
     seed: int = 0

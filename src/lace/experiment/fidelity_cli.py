@@ -1,4 +1,4 @@
-"""Fidelity tables of local edits: `python -m lace.local --world W --model M --pretrained P --out DIR`.
+"""Fidelity tables of local edits: `python -m lace.experiment.fidelity_cli --world W --model M --pretrained P --out DIR`.
 
 With `--pooled` (and `--dictionary` for lace and concept_arithmetic) also the pooled-embedding arms.
 
@@ -15,12 +15,12 @@ import torch
 
 from lace.encoders.registry import load_encoder
 from lace.io import atomic_write_json, atomic_write_text
-from lace.local.fidelity import METHODS, FidelityConfig, fidelity_markdown, measure_fidelity
-from lace.local.pooled_fidelity import POOLED_METHODS
+from lace.experiment.fidelity import METHODS, FidelityConfig, fidelity_markdown, measure_fidelity
+from lace.experiment.pooled_fidelity import POOLED_METHODS
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lace.local", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lace.experiment.fidelity_cli", description=__doc__)
     parser.add_argument("--world", required=True, help="shapes world folder")
     parser.add_argument("--model", default="lace-micro-rn-32")
     parser.add_argument("--pretrained", default=None, help="checkpoint of the model (e.g. the demo's models/base.pt)")

@@ -1,6 +1,6 @@
 """Fidelity of the pooled-embedding arms' image-side counterfactuals against the rendered ones.
 
-The same items and figures as the local edits of `lace.local.fidelity`, for edits made on the
+The same items and figures as the local edits of `lace.experiment.fidelity`, for edits made on the
 pooled image embedding u (N, d) instead of inside the tower:
 - paired_caption_directions (AHNPL-style, `lace.train.negatives.paired_caption_directions`):
   u_edit = normalise(u + v(t') - v(t)), t the item's caption and t' its negative caption (the
@@ -27,7 +27,7 @@ from lace.concepts.labelled import LabelledDictionary
 from lace.edits import EditConfig, build_editor
 from lace.edits.controls import random_step
 from lace.errors import LaceInputError, input_error
-from lace.local.scores import family_figures
+from lace.experiment.fidelity_scores import family_figures
 from lace.train.negatives import check_editor_dimension, paired_caption_directions
 
 POOLED_METHODS = ("paired_caption_directions", "lace", "concept_arithmetic")
