@@ -19,7 +19,11 @@ from lace.dictionary import ConceptDictionary
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.experiment.fidelity import FidelityConfig, fidelity_markdown, measure_fidelity
-from lace.experiment.pooled_fidelity import POOLED_METHODS, embedding_random_step, paired_caption_edit
+from lace.experiment.pooled_fidelity import (
+    POOLED_METHODS,
+    embedding_random_step,
+    paired_caption_edit,
+)
 
 
 @pytest.fixture(scope="module")

@@ -32,14 +32,14 @@ from lace.data.world.config import PALETTE
 from lace.data.world.counterfactuals import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
+from lace.experiment.fidelity_scores import family_figures, mean_or_none
+from lace.experiment.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
 from lace.io import read_json
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, mask_iou
-from lace.experiment.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
 from lace.local.recolour import RecolourRegression
-from lace.experiment.fidelity_scores import family_figures, mean_or_none
 from lace.local.text import caption_swap_negatives, single_token_ids
 from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from lace.encoders.registry import load_encoder
-from lace.io import atomic_write_json, atomic_write_text
 from lace.experiment.fidelity import METHODS, FidelityConfig, fidelity_markdown, measure_fidelity
 from lace.experiment.pooled_fidelity import POOLED_METHODS
+from lace.io import atomic_write_json, atomic_write_text
 
 
 def main(argv: list[str] | None = None) -> int:
