@@ -49,6 +49,9 @@ def _child(argv: list[str], point: KillPoint, signum: int) -> None:
         return original(*args, **kwargs)
 
     setattr(owner, name, tripwire)
+    # Ctrl-C's default handling, as at a terminal, even when the test run was started in the
+    # background (where the shell leaves SIGINT ignored and Python keeps it so)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     torch.set_num_threads(1)
     torch.manual_seed(0)  # what random weights a `--pretrained none` model gets
     from lace.cli import main
