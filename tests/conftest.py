@@ -51,6 +51,16 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
+def tiny_world(folder: Path, n_images: int, split_fractions: tuple[float, ...], **options) -> Path:
+    """A shapes world of `n_images` 32-pixel scenes written to `folder` (replaced if there); `options`:
+    other `WorldConfig` fields."""
+    from lace.data.world import WorldConfig, generate_world
+
+    generate_world(WorldConfig(n_images=n_images, image_size=32, split_fractions=split_fractions, **options), folder,
+                   overwrite=True, progress=False)
+    return folder
+
+
 def randomise_batch_norms(model: torch.nn.Module) -> None:
     """Seeded random BatchNorm statistics and affines, so that no BatchNorm is the identity (and folding
     BatchNorm into the convolutions is exercised)."""

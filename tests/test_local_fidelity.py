@@ -14,7 +14,6 @@ from lace.concepts.labelled import LabelledDictionary, save_labelled_dictionary
 from lace.concepts.labelling import label_atoms
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_dataset
-from lace.data.world import WorldConfig, generate_world
 from lace.dictionary import ConceptDictionary
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
@@ -24,14 +23,12 @@ from lace.experiment.pooled_fidelity import (
     embedding_random_step,
     paired_caption_edit,
 )
+from tests.conftest import tiny_world
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("fidelity") / "world"
-    generate_world(WorldConfig(n_images=120, image_size=32, split_fractions=(0.6, 0.2, 0.1, 0.1)), folder,
-                   overwrite=True, progress=False)
-    return folder
+    return tiny_world(tmp_path_factory.mktemp("fidelity") / "world", 120, (0.6, 0.2, 0.1, 0.1))
 
 
 def test_fidelity_reports_each_layer_with_its_random_control(world):

@@ -13,6 +13,7 @@ from lace.encoders import load_encoder
 from lace.encoders.towers import image_tower, save_heads_checkpoint
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
+from tests.conftest import tiny_world
 
 IMAGENET_CATS = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
 
@@ -190,13 +191,10 @@ def test_lace_eval_scores_a_heads_checkpoint_with_its_own_heads(tmp_path):
 
     from lace.cli import main
     from lace.data import read_dataset
-    from lace.data.world import WorldConfig, generate_world
     from lace.eval.diagnostics import GeometryOptions, geometry_diagnostics
     from lace.eval.metrics import retrieval_recall
 
-    world = tmp_path / "world"
-    generate_world(WorldConfig(n_images=24, image_size=32, split_fractions=(0.5, 0.1, 0.3, 0.1),
-                               benchmark_items_per_family=1, coco_captions=2), world, overwrite=True, progress=False)
+    world = tiny_world(tmp_path / "world", 24, (0.5, 0.1, 0.3, 0.1), benchmark_items_per_family=1, coco_captions=2)
     torch.manual_seed(0)
     model = TowersDualEncoder(TowersConfig(embed_dim=16, head_hidden_dim=32)).eval()
     heads = save_heads_checkpoint(model, tmp_path / "base.safetensors")

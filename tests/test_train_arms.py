@@ -10,22 +10,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lace.data.world import WorldConfig, generate_world, render_scene
+from lace.data.world import render_scene
 from lace.data.world.counterfactuals import colour_swapped, read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.edits import EditConfig
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.train import TrainConfig, train
 from lace.train.negatives import paired_caption_directions
+from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("arms") / "world"
-    generate_world(WorldConfig(n_images=48, image_size=32, split_fractions=(0.7, 0.1, 0.1, 0.1)), folder,
-                   overwrite=True, progress=False)
-    return folder
+    return tiny_world(tmp_path_factory.mktemp("arms") / "world", 48, (0.7, 0.1, 0.1, 0.1))
 
 
 def _differences(config, other) -> set[str]:

@@ -12,6 +12,7 @@ from lace.errors import LaceInputError
 from lace.io import read_json
 from lace.train import export_run, train
 from lace.train.wise_ft import interpolate_state_dicts, read_state_dict
+from tests.conftest import tiny_world
 from tests.test_train import config_for, pairs_csv  # noqa: F401  (fixture)
 
 MODEL = "lace-micro-32"
@@ -83,13 +84,10 @@ def test_mismatched_architectures_and_activations_are_refused(run_and_base, tmp_
 
 
 def test_the_tradeoff_curve_runs_from_the_base_to_each_fine_tune(tmp_path):
-    from lace.data.world import WorldConfig, generate_world
     from lace.eval.runner import EvalConfig, run_evaluation
     from lace.report.wise_ft import wise_ft_tradeoff, zeroshot_top1
 
-    world = tmp_path / "world"
-    generate_world(WorldConfig(n_images=40, image_size=32, split_fractions=(0.5, 0.1, 0.3, 0.1),
-                               benchmark_items_per_family=1, coco_captions=2), world, overwrite=True, progress=False)
+    world = tiny_world(tmp_path / "world", 40, (0.5, 0.1, 0.3, 0.1), benchmark_items_per_family=1, coco_captions=2)
     torch.manual_seed(0)
     base = open_clip.create_model(MODEL).state_dict()
     tuned = open_clip.create_model(MODEL).state_dict()  # another random draw stands in for a fine-tune

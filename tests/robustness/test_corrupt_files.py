@@ -18,7 +18,6 @@ import torch
 from lace.cli import main
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
-from lace.data.world import WorldConfig, generate_world
 from lace.data.world.counterfactuals import read_scenes, read_world_config
 from lace.embeddings import EmbeddingStore
 from lace.encoders.towers.features import _load_cached
@@ -26,6 +25,7 @@ from lace.encoders.towers.top_features import _load
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import get_benchmark
 from lace.train.checkpoints import load_checkpoint, resolve_checkpoint, save_checkpoint
+from tests.conftest import tiny_world
 from tests.toy_concepts import write_toy_store
 
 DAMAGE = ("truncated", "empty", "header")
@@ -58,8 +58,7 @@ def pristine(tmp_path_factory) -> Path:
     (root / "towers").mkdir()
     np.save(root / "towers" / "image-tower-key.npy", np.random.default_rng(0).random((6, 1280), dtype=np.float32))
     np.save(root / "towers" / "text-top-key-offsets.npy", np.arange(0, 14, 2, dtype=np.int64))
-    generate_world(WorldConfig(n_images=24, image_size=32, split_fractions=(0.5, 0.2, 0.1, 0.2)), root / "world",
-                   overwrite=True, progress=False)
+    tiny_world(root / "world", 24, (0.5, 0.2, 0.1, 0.2))
     return root
 
 
