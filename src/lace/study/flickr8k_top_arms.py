@@ -158,11 +158,11 @@ def run_arms(data: str, cache: str, out: str, arms: list[str], finetune: TopTrai
     rules = RuleNegatives(words)
     sources = TopNegativeSources(n_edits=n_edits, local_n_edits=local_n_edits)
     figures: dict = {}
-    if any(s.needs_rules for s in switches.values()):
+    if any(s.uses_rule_captions for s in switches.values()):
         sources.rules = rule_states(top, rules, captions, finetune_split.caption_rows, cache)
         figures["rule_negatives"] = {"captions": len(finetune_split.caption_rows),
                                      "with_a_negative": int((sources.rules.row_of_caption >= 0).sum())}
-    if any(s.needs_dictionary for s in switches.values()):
+    if any(s.uses_counterfactuals for s in switches.values()):
         sources.editor, figures["dictionary"] = dictionary_sources(
             top, splits["train"], captions, vocabulary, out / "models" / "dictionary", atoms, sparsity,
             dictionary_seconds, log)

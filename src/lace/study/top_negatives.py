@@ -27,11 +27,12 @@ from lace.encoders.towers.top_features import TokenStates, encode_captions
 from lace.errors import input_error
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.local.maps import MapEditor
+from lace.train.config import ArmSwitches
 from lace.train.negatives import Negatives, counterfactual_negatives, paired_caption_directions
 
 
 @dataclass(frozen=True)
-class TopArm:
+class TopArm(ArmSwitches):
     """The switches of `lace.train.config.TrainConfig` that an arm of the tower tops reads."""
 
     caption_negatives: bool = False
@@ -43,14 +44,6 @@ class TopArm:
     local_caption_swaps: bool = False
     rendered_negatives: bool = False
     edit: EditConfig = field(default_factory=EditConfig)
-
-    @property
-    def needs_rules(self) -> bool:
-        return self.caption_negatives or self.paired_caption_directions
-
-    @property
-    def needs_dictionary(self) -> bool:
-        return self.counterfactual_captions or self.counterfactual_images
 
 
 def top_arm(name: str) -> TopArm:
@@ -95,8 +88,8 @@ class TopNegativeSources:
     def check(self, arm: TopArm, name: str) -> None:
         """Refuse an arm whose source is missing, before any step."""
         missing = [what for what, needed, present in (
-            ("rule-made caption negatives", arm.needs_rules, self.rules),
-            ("a concept dictionary editor", arm.needs_dictionary, self.editor),
+            ("rule-made caption negatives", arm.uses_rule_captions, self.rules),
+            ("a concept dictionary editor", arm.uses_counterfactuals, self.editor),
             ("a local map editor", arm.local_image_negatives, self.map_editor)) if needed and present is None]
         if missing:
             raise input_error("tower-top arms", name, f"{' and '.join(missing)} for this arm", "none given")
@@ -128,13 +121,13 @@ def batch_negatives(top: TowersTop, arm: TopArm, sources: TopNegativeSources, ma
     """The arm's negatives for a batch: maps (B, C, H, W) cached image inputs, U, V (B, d) their unit
     embeddings with gradient, caption_rows (B,) dataset rows of the paired captions."""
     negatives = Negatives()
-    if arm.needs_rules:
+    if arm.uses_rule_captions:
         rule_texts, rule_valid = rule_negatives(top, sources.rules, caption_rows)
         if arm.caption_negatives:
             negatives.add_captions(rule_texts, rule_valid)
         if arm.paired_caption_directions:
             negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid)
-    if arm.needs_dictionary:
+    if arm.uses_counterfactuals:
         edited = counterfactual_negatives(sources.editor, U, V, sources.n_edits, arm.counterfactual_captions,
                                           arm.counterfactual_images, arm.counterfactual_source, generator)
         if edited.caption_negatives is not None:

@@ -16,8 +16,22 @@ DEFAULT_EDIT_KINDS = ("attenuate", "swap", "transplant")
 MISSING_IMAGE_POLICIES = ("skip", "error")
 
 
+class ArmSwitches:
+    """What a config's training-arm switches imply; shared by `TrainConfig` and every config that reads
+    `lace.experiment.variants` onto the same field names (the tower tops' `TopArm`)."""
+
+    @property
+    def uses_counterfactuals(self) -> bool:
+        return self.counterfactual_captions or self.counterfactual_images
+
+    @property
+    def uses_rule_captions(self) -> bool:
+        """Whether rule-made captions are encoded each step (as negatives or as paired directions)."""
+        return self.caption_negatives or self.paired_caption_directions
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(ArmSwitches):
     """Contrastive (fine-)tuning of a dual encoder, with or without LACE negatives."""
 
     model: str = "lace-tiny"
@@ -169,12 +183,3 @@ class TrainConfig:
             if getattr(self, name) and self.vocabulary is None:
                 raise input_error(where, "vocabulary", f"a vocabulary file when {name} is on")
         return self
-
-    @property
-    def uses_counterfactuals(self) -> bool:
-        return self.counterfactual_captions or self.counterfactual_images
-
-    @property
-    def uses_rule_captions(self) -> bool:
-        """Whether rule-made captions are encoded each step (as negatives or as paired directions)."""
-        return self.caption_negatives or self.paired_caption_directions
