@@ -78,7 +78,11 @@ def top_splits(data: str, cache: str, encoder: TowersDualEncoder) -> dict[str, T
 
 
 def recall(top: TowersTop, split: TopSplit) -> dict[str, float]:
-    images, texts = embed_top_split(top, split)
+    return recall_of(*embed_top_split(top, split), split)
+
+
+def recall_of(images: torch.Tensor, texts: torch.Tensor, split: TopSplit) -> dict[str, float]:
+    """Retrieval figures of a split's (N_img, d) and (N_txt, d) embeddings, with the mean R@1 of both ways."""
     figures = retrieval_recall(images, texts, split.caption_image_index)
     return {**figures, "mean_R@1": 0.5 * (figures["i2t/R@1"] + figures["t2i/R@1"])}
 

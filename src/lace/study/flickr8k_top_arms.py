@@ -32,13 +32,13 @@ from lace.encoders.towers.top import TowersTop, save_top_checkpoint
 from lace.encoders.towers.top_features import cached_text_top_features, encode_captions
 from lace.errors import LaceInputError
 from lace.experiment.variants import check_variants
-from lace.io import atomic_write_json, read_json
+from lace.io import atomic_write_json, atomic_write_text, read_json
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import group_mentions
 from lace.local.maps import fit_map_editor, regions_of
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
 from lace.study.features import SplitFeatures, rule_negative_captions
-from lace.study.flickr8k_top import base_images, recall, top_splits
+from lace.study.flickr8k_top import base_images, recall_of, top_splits
 from lace.study.measure import score_items, sugarcrepe_style_items
 from lace.study.top_negatives import RuleStates, TopNegativeSources, top_arm
 from lace.study.top_training import TopSplit, TopTraining, embed_top_split, train_top
@@ -138,7 +138,7 @@ class SplitItems:
         negatives = encode_captions(top, self.states, np.arange(len(self.items)), chunk=512)
         figures = {f"sugarcrepe_style/{kind}": value for kind, value in score_items(images, texts, negatives,
                                                                                     self.items).items()}
-        return {**recall(top, split), **figures}
+        return {**recall_of(images, texts, split), **figures}
 
 
 def run_arms(data: str, cache: str, out: str, arms: list[str], finetune: TopTraining, seeds: int, split: str,
@@ -193,7 +193,7 @@ def run_arms(data: str, cache: str, out: str, arms: list[str], finetune: TopTrai
               "finetune_images": len(finetune_split.image_maps), "items": len(measured.items), **figures,
               "summary": summarise(runs, split), "runs": runs}
     atomic_write_json(out / f"arms-{split}.json", result)
-    (out / f"arms-{split}.md").write_text(arms_table(result), encoding="utf-8")
+    atomic_write_text(out / f"arms-{split}.md", arms_table(result))
     return result
 
 
