@@ -14,9 +14,9 @@ cache key), captions are encoded in batches sorted by length so that little padd
 computed, and each tower runs in ONNX Runtime (`runtime="onnxruntime"`,
 `lace.encoders.towers.onnx_runtime`) or in PyTorch (`runtime="torch"`: channels_last,
 `torch.inference_mode`), the text tower also in PyTorch under bfloat16 autocast
-(`runtime="torch-bf16"`, on AMX tiles where the CPU has them). By default the image tower
-runs in ONNX Runtime where it is installed and the text tower in bfloat16 where the CPU has
-AMX, else in float32 (`onnx_runtime.default_runtime` says why). Every runtime gives the same
+(`runtime="torch-bf16"`, in bfloat16 hardware where the CPU has it: AMX or AVX-512 BF16). By
+default the image tower runs in ONNX Runtime where it is installed and the text tower in
+bfloat16 where the CPU has such hardware, else in float32 (`onnx_runtime.default_runtime` says why). Every runtime gives the same
 features within cosine 1 - 1e-4, so the cache key does not name the runtime, as it does not
 name the thread count. The runtimes use `torch.get_num_threads()` intra-op threads; the
 library leaves the thread count alone.

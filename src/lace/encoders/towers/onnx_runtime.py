@@ -24,9 +24,9 @@ from lace.encoders.towers.text_tower import mean_pool
 from lace.errors import LaceInputError
 
 RUNTIMES = {"image": ("onnxruntime", "torch"), "text": ("onnxruntime", "torch", "torch-bf16")}
-"""The runtimes of each tower. `torch-bf16` is PyTorch under bfloat16 autocast (float32 pooling): on a CPU
-with AMX or AVX-512 BF16 its matrix products run in bfloat16 hardware. The text tower's features agree with float32 to cosine
->= 1 - 1e-4 (0.99997 at worst over Flickr8k's captions); the image tower's do not (0.998), so it has no
+"""The runtimes of each tower. `torch-bf16` is PyTorch under bfloat16 autocast (float32 pooling): on a
+CPU with AMX or AVX-512 BF16 its matrix products run in bfloat16 hardware. The text tower's features
+agree with float32 to cosine >= 1 - 1e-4 (0.99997 at worst over Flickr8k's captions); the image tower's do not (0.998), so it has no
 bf16 runtime."""
 OPSET = 17
 
