@@ -5,11 +5,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lace.concepts.vocabulary import load_vocabulary
+from lace.edits.captions import RuleNegatives
 from lace.edits.records import Counterfactuals
+from lace.eval import brittleness
 from lace.eval.brittleness import (
     brittleness_rate,
     counterfactual_brittleness,
     rule_edit_brittleness,
+    rule_edits,
 )
 from lace.eval.edit_retrieval import (
     edit_angle,
@@ -55,6 +59,22 @@ def test_rule_edit_brittleness_encodes_the_edits_as_captions():
     figures = rule_edit_brittleness(encoder, images, captions, texts, [0, 0, 0], SwapColours())
     # "blue dog" scores 1.0 > s(red dog) ~ 0.99: brittle; "red cat" scores 0 < 0.71: fine
     assert figures == {"rule/n_triples": 2.0, "rule/all": 0.5, "rule/replace_attribute": 0.5}
+
+
+def test_rule_edits_are_made_once_per_arguments_and_equal_a_fresh_draw(monkeypatch):
+    """Every model evaluated on the same captions is measured on the same edits, made once per process: a
+    second call returns what a fresh draw makes, and another seed draws other edits."""
+    monkeypatch.setattr(brittleness, "_rule_edit_sets", {})
+    rules = RuleNegatives(load_vocabulary("natural"))
+    captions = tuple(f"a {colour} dog next to a {other} cat" for colour, other in
+                     [("red", "blue"), ("green", "white"), ("black", "brown")] * 4)
+    kinds = rules.kinds
+    first = rule_edits(rules, captions, kinds, 8, seed=0)
+    assert len(first[0]) == len(first[1]) > 0 and len(brittleness._rule_edit_sets) == 1
+    assert rule_edits(rules, captions, kinds, 8, seed=0) is first
+    brittleness._rule_edit_sets.clear()
+    assert rule_edits(rules, captions, kinds, 8, seed=0) == first
+    assert rule_edits(rules, captions, kinds, 8, seed=1) != first
 
 
 class FakeEditor:

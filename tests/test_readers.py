@@ -131,3 +131,20 @@ def test_webdataset_missing_caption(tmp_path):
 def test_unknown_format(tmp_path):
     with pytest.raises(LaceInputError, match="unknown dataset format"):
         read_dataset(tmp_path / "data.parquet")
+
+
+def test_a_dataset_file_rewritten_with_the_same_size_is_parsed_again(tmp_path):
+    """Dataset JSON is parsed once per content (`_read_dataset_json`): an edit that keeps the size, written in
+    the same clock tick, must still be read, and an unchanged file must give the same records."""
+    make_images(tmp_path / "images", 1)
+    path = tmp_path / "k.json"
+
+    def write(caption: str) -> None:
+        path.write_text(json.dumps({"images": [{"filepath": "images", "filename": "img_000.png", "split": "test",
+                                                "sentences": [{"raw": caption}]}]}))
+
+    write("a red cube")
+    first = read_dataset(path, split="test")
+    assert read_dataset(path, split="test").records == first.records
+    write("a tan cube")  # same length
+    assert read_dataset(path, split="test").records[0].captions == ("a tan cube",)

@@ -282,9 +282,12 @@ def test_duplicate_pairs_are_masked_only_when_asked(pairs_csv, tmp_path):
     assert first[True]["plain_loss"] < first[False]["plain_loss"] - 1e-4
 
 
-def test_foreach_adamw_moves_the_parameters_exactly_as_the_per_tensor_loop():
-    """`build_optimizer` asks for PyTorch's foreach AdamW, which is faster on CPU; the figures a run
-    records must not depend on it, so its parameters must equal the per-tensor loop's bit for bit."""
+def test_fused_adamw_moves_the_parameters_as_the_per_tensor_loop():
+    """`build_optimizer` asks for PyTorch's fused AdamW on CPU, which is faster; the figures a run
+    records must not depend on it beyond float rounding. Fed the same gradients for three steps of
+    lr 1e-3, its parameters must equal the per-tensor loop's to 1e-6, a thousandth of one step (a wrong
+    bias correction, decay or eps would move them by about the learning rate). The gradients are drawn,
+    not back-propagated, so that rounding cannot feed back through the model."""
     from lace.train.optim import build_optimizer
 
     torch.manual_seed(0)
@@ -294,14 +297,15 @@ def test_foreach_adamw_moves_the_parameters_exactly_as_the_per_tensor_loop():
     fast = build_optimizer(model, 1e-3, 0.1, (0.9, 0.98), 1e-6)
     slow = build_optimizer(twin, 1e-3, 0.1, (0.9, 0.98), 1e-6)
     for group in slow.param_groups:
-        group["foreach"] = False
-    assert all(group["foreach"] for group in fast.param_groups)
-    pixels, tokens = torch.randn(4, 3, 32, 32), torch.randint(1, 100, (4, model.context_length))
+        group["fused"], group["foreach"] = False, False
+    assert all(group["fused"] for group in fast.param_groups)
+    before = [p.detach().clone() for p in model.parameters()]
     for _ in range(3):
-        for net, optimizer in ((model, fast), (twin, slow)):
-            optimizer.zero_grad()
-            image, text, scale = net(pixels, tokens)
-            (scale * image @ text.T).logsumexp(1).mean().backward()
-            optimizer.step()
-    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
-        assert torch.equal(a, b), name
+        for a, b in zip(model.parameters(), twin.parameters()):
+            a.grad = torch.randn_like(a) * 1e-2
+            b.grad = a.grad.clone()
+        fast.step()
+        slow.step()
+    for (name, a), b, start in zip(model.named_parameters(), twin.parameters(), before):
+        assert not torch.equal(a, start), name
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)

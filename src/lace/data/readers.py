@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import hashlib
 import json
 import re
 import tarfile
@@ -30,6 +31,11 @@ IMAGE_COLUMNS = ("filepath", "image", "image_path", "file_name", "filename", "pa
 CAPTION_COLUMNS = ("caption", "title", "text", "sentence")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 KARPATHY_SPLIT_ALIASES = {"restval": "train"}
+PARSED_JSON_BYTES = 32 * 2**20
+"""Dataset JSON files up to this size are parsed once per process for each content (hashed, which costs a
+tenth of parsing): an evaluation reads the file once per split, and processes forked later inherit the parse."""
+PARSED_JSON_FILES = 4
+_parsed_json: dict[tuple[str, bytes], object] = {}
 
 
 def _caption(text: object, where: str, field: str) -> str:
@@ -59,11 +65,11 @@ def _file_name(value: object, where: str, field: str) -> str:
     return value
 
 
-def read_coco_captions(path: str | Path, image_root: str | Path | None = None) -> ImageTextDataset:
+def read_coco_captions(path: str | Path, image_root: str | Path | None = None, data: object = None) -> ImageTextDataset:
     """COCO captions JSON. Images resolve against `image_root` (default: the folder above
-    `annotations/` when the file sits in one, else the file's folder)."""
+    `annotations/` when the file sits in one, else the file's folder). `data`: the file already parsed."""
     path = Path(path)
-    data = read_json(path)
+    data = read_json(path) if data is None else data
     if not isinstance(data, dict):
         raise input_error(path, None, "a JSON object with 'images' and 'annotations'")
     for key in ("images", "annotations"):
@@ -86,10 +92,11 @@ def read_coco_captions(path: str | Path, image_root: str | Path | None = None) -
     return ImageTextDataset(records, str(path))
 
 
-def read_karpathy(path: str | Path, image_root: str | Path | None = None, split: str | None = None) -> ImageTextDataset:
-    """Karpathy split JSON; `split` keeps one split (`restval` counts as `train`)."""
+def read_karpathy(path: str | Path, image_root: str | Path | None = None, split: str | None = None,
+                  data: object = None) -> ImageTextDataset:
+    """Karpathy split JSON; `split` keeps one split (`restval` counts as `train`). `data`: the file already parsed."""
     path = Path(path)
-    data = read_json(path)
+    data = read_json(path) if data is None else data
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise input_error(path, "images", "a list of images with 'filename', 'split' and 'sentences'")
     image_root = Path(image_root) if image_root is not None else path.parent
@@ -225,6 +232,20 @@ def _member_captions(data: bytes, extension: str, where: str) -> list[str] | Non
     return [_caption(t, where, "caption") for t in found]
 
 
+def _read_dataset_json(path: str) -> object:
+    """The parsed JSON of a dataset file, from the per-process cache when it is small and unchanged; readers
+    only read what it returns."""
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size > PARSED_JSON_BYTES:
+        return read_json(file)  # a missing file: the error naming it
+    key = (str(file.resolve()), hashlib.blake2b(file.read_bytes(), digest_size=16).digest())
+    if key not in _parsed_json:
+        if len(_parsed_json) >= PARSED_JSON_FILES:
+            del _parsed_json[next(iter(_parsed_json))]
+        _parsed_json[key] = read_json(file)
+    return _parsed_json[key]
+
+
 def read_dataset(
     path: str | Path, split: str | None = None, image_root: str | Path | None = None
 ) -> ImageTextDataset:
@@ -236,10 +257,10 @@ def read_dataset(
     if suffix in (".csv", ".tsv"):
         return read_csv(text, image_root=image_root)
     if suffix == ".json":
-        data = read_json(text)
+        data = _read_dataset_json(text)
         if isinstance(data, dict) and "annotations" in data:
-            return read_coco_captions(text, image_root=image_root)
+            return read_coco_captions(text, image_root=image_root, data=data)
         if isinstance(data, dict) and "images" in data:
-            return read_karpathy(text, image_root=image_root, split=split)
+            return read_karpathy(text, image_root=image_root, split=split, data=data)
         raise input_error(text, None, "COCO captions JSON ('images' + 'annotations') or Karpathy JSON ('images' with 'sentences')")
     raise LaceInputError(f"{text}: unknown dataset format; expected .json (COCO or Karpathy), .csv/.tsv, or .tar shards")

@@ -43,6 +43,7 @@ from lace.experiment.parallel import Stage, run_stages
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
     VARIANTS,
+    negative_sources,
     uses_counterfactuals,
     uses_local,
     uses_rendered,
@@ -54,10 +55,21 @@ from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
+IMAGES_PER_WORLD_WORKER = 2000
+"""A world process renders about 1,000 images a second and takes about 2 s to start: fewer images than this
+per process are rendered sooner by fewer processes."""
+
 
 def world_config(config: DemoConfig) -> WorldConfig:
+    """The demo's world, rendered by up to the demo's worker processes (the files do not depend on how many)."""
+    workers = max(1, min(config.workers, config.world_images // IMAGES_PER_WORLD_WORKER))
     return WorldConfig(n_images=config.world_images, seed=config.seed, image_size=config.image_size,
-                       benchmark_items_per_family=1, png_compression=1, **CALIBRATED_WORLD)
+                       benchmark_items_per_family=1, png_compression=1, workers=workers, **CALIBRATED_WORLD)
+
+
+def world_key(world: WorldConfig) -> str:
+    """The stage key of a world: every setting but the number of processes that render it."""
+    return stage_key(config_to_dict(replace(world, workers=1)))
 
 
 @dataclass
@@ -88,10 +100,10 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     """
     world = world_config(config)
     world_dir = out / "world"
-    world_key = stage_key(config_to_dict(world))
-    runner.run("world", world_key, lambda: _generate(world, world_dir, config.progress))
+    key = world_key(world)
+    runner.run("world", key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
-    base_key = stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
+    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
     base_path = out / "models" / "base.pt"
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
@@ -99,7 +111,7 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
     dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary(
         config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
-    return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, world_key, base_key, dictionary_key,
+    return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, key, base_key, dictionary_key,
                       base, dictionary)
 
 
@@ -169,7 +181,8 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
     finetune_keys: dict[str, str] = {}
-    finetunes, measures = [], []  # the fine-tunes first: the longest stages start first
+    finetunes, measures = [], []
+    cost: dict[str, int] = {}  # by fine-tune stage: its variant's `negative_sources`
     coco = train_pairs(world_dir, "coco")
     for variant in config.variants:
         own_keys = _own_keys(config, variant, lace_key)
@@ -178,6 +191,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             name = f"{variant} seed {seed}"
             key = finetune_keys[name] = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
+            cost[f"finetune {name}"] = negative_sources(variant)
             finetunes.append(Stage(f"finetune {name}", key, partial(
                 _finetune, quiet, variant, seed, coco, out, base_path, model_path, labelled, vocabulary, rendered)))
             measures.append(Stage(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
@@ -188,7 +202,10 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
                   partial(edit_grids_stage, labelled, encoder, world_dir, config, figures_dir))
     wise_ft = _wise_ft(config, out, base_key, finetune_keys, zeroshot_config)
-    results = run_stages(runner, finetunes + measures + [grids] + ([wise_ft] if isinstance(wise_ft, Stage) else []),
+    # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest variant first,
+    # then WiSE-FT (a dozen models scored), then the rest.
+    finetunes.sort(key=lambda stage: cost[stage.name], reverse=True)
+    results = run_stages(runner, finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures,
                          workers, config.progress)
     for name in finetune_keys:
         evaluations[name] = results[f"eval {name}"]

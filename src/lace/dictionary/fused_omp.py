@@ -115,6 +115,8 @@ def _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny,
     coefficients = np.zeros(sparsity)
     scratch = np.empty(sparsity)
     support = np.empty(sparsity, dtype=np.int64)
+    kept = np.empty(sparsity, dtype=np.int64)  # the non-negative refit's kept support slots
+    kept_targets = np.empty(sparsity)
     for row in range(n_rows):
         original = correlations[row]
         _largest_tile_keys(original, tile_keys, absolute)
@@ -156,7 +158,8 @@ def _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny,
             indices[row, j] = support[j] if j < live else last
             values[row, j] = coefficients[j] if j < live else 0.0
         if nonnegative and live:
-            _refit_nonnegative(values[row], support, live, targets, gram, factor, scratch, coefficients)
+            _refit_nonnegative(values[row], support, live, targets, gram, factor, scratch, coefficients, kept,
+                               kept_targets)
 
 
 @intrinsic
@@ -329,11 +332,10 @@ def _cholesky_solve(factor, rhs, size, scratch, solution):
 
 
 @_compiled
-def _refit_nonnegative(values, support, live, targets, gram, factor, scratch, solution):
+def _refit_nonnegative(values, support, live, targets, gram, factor, scratch, solution, kept, kept_targets):
     """Drop negative coefficients of one row and refit the rest by least squares on the
-    remaining support (ridge RIDGE), twice at most; then clamp at 0. `values` is updated in place."""
-    kept = np.empty(live, dtype=np.int64)
-    kept_targets = np.empty(live)
+    remaining support (ridge RIDGE), twice at most; then clamp at 0. `values` is updated in place;
+    `kept` and `kept_targets` (s,) are scratch, allocated once per block rather than once per row."""
     for _ in range(2):
         size = 0
         negative = False

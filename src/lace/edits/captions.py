@@ -97,6 +97,11 @@ class RuleNegatives:
                     self._add(prefix + relation, _Phrase(relation, "relation", None, False))
         self._longest = max((len(k) for k in self._phrases), default=1)
 
+    @property
+    def key(self) -> tuple:
+        """Everything the negatives depend on besides the caption and the rng: the kinds and the vocabulary's words."""
+        return self.kinds, self.objects, tuple(self.attribute_groups.items()), self.relations
+
     def _add(self, phrase: str, entry: _Phrase) -> None:
         key = tuple(phrase.split())
         entries = self._phrases.setdefault(key, [])
@@ -137,9 +142,9 @@ class RuleNegatives:
 
     # ---- candidate edits ----------------------------------------------------------------
 
-    def _candidates(self, caption: str, kind: str) -> list[list[tuple[Mention, str]]]:
-        """Each candidate is a list of (mention, replacement concept) to write together."""
-        mentions = self.mentions(caption)
+    def _candidates(self, mentions: list[Mention], kind: str) -> list[list[tuple[Mention, str]]]:
+        """Each candidate is a list of (mention, replacement concept) to write together; `mentions`: the
+        caption's (found once for every kind: finding them costs more than listing the candidates)."""
         objects = [m for m in mentions if m.kind == "object"]
         attributes = [m for m in mentions if m.kind == "attribute"]
         relations = [m for m in mentions if m.kind == "relation"]
@@ -177,7 +182,8 @@ class RuleNegatives:
     def make(self, caption: str, kind: str | None, rng: random.Random | np.random.Generator) -> str | None:
         """One negative of `kind` (None: a random kind among those that apply), or None."""
         kinds = [kind] if kind is not None else list(self.kinds)
-        options = [(k, c) for k in kinds for c in [self._candidates(caption, k)] if c]
+        mentions = self.mentions(caption)
+        options = [(k, c) for k in kinds for c in [self._candidates(mentions, k)] if c]
         if not options:
             return None
         _, candidates = options[_randbelow(rng, len(options))]
@@ -186,8 +192,9 @@ class RuleNegatives:
     def make_all(self, caption: str) -> dict[str, list[str]]:
         """Every negative of every kind, deduplicated, in a fixed order."""
         result = {}
+        mentions = self.mentions(caption)
         for kind in self.kinds:
-            texts = dict.fromkeys(self._apply(caption, c) for c in self._candidates(caption, kind))
+            texts = dict.fromkeys(self._apply(caption, c) for c in self._candidates(mentions, kind))
             texts.pop(caption, None)
             result[kind] = list(texts)
         return result

@@ -40,6 +40,42 @@ def brittleness_rate(
     return float((edited_scores > true_scores[:, None])[valid].float().mean())
 
 
+RULE_EDIT_SETS = 8
+"""Edit sets kept per process by `rule_edits`."""
+_rule_edit_sets: dict[tuple, tuple[list[str], list[tuple[int, str]]]] = {}
+
+
+def rule_edits(rule_negatives, captions: tuple[str, ...], kinds: tuple[str, ...], max_captions: int,
+               seed: int) -> tuple[list[str], list[tuple[int, str]]]:
+    """The edited captions and their (caption row, kind) of `rule_edit_brittleness`: one edit per caption and kind
+    where it applies, from a `random.Random(seed)`, over at most `max_captions` captions (a seeded draw).
+
+    They depend only on the arguments, so they are made once per process when `rule_negatives` says what it
+    depends on (`RuleNegatives.key`): every model evaluated on the same captions is measured on the same edits,
+    and processes forked later inherit them.
+    """
+    key = (getattr(rule_negatives, "key", None), captions, kinds, max_captions, seed)
+    if key[0] is not None and key in _rule_edit_sets:
+        return _rule_edit_sets[key]
+    rng = random.Random(seed)
+    rows = list(range(len(captions)))
+    if len(rows) > max_captions:
+        rows = sorted(rng.sample(rows, max_captions))
+    edited_texts, triples = [], []  # triples: (caption row, kind)
+    for row in rows:
+        for kind in kinds:
+            negative = rule_negatives.make(captions[row], kind, rng)
+            if negative is not None and negative != captions[row]:
+                edited_texts.append(negative)
+                triples.append((row, kind))
+    made = edited_texts, triples
+    if key[0] is not None:
+        if len(_rule_edit_sets) >= RULE_EDIT_SETS:
+            del _rule_edit_sets[next(iter(_rule_edit_sets))]
+        _rule_edit_sets[key] = made
+    return made
+
+
 def rule_edit_brittleness(
     encoder: DualEncoder,
     image_embeddings: np.ndarray | torch.Tensor,
@@ -61,17 +97,7 @@ def rule_edit_brittleness(
     Returns `rule/<kind>` rates, `rule/all` over all triples and `rule/n_triples`.
     """
     kinds = tuple(kinds if kinds is not None else rule_negatives.kinds)
-    rng = random.Random(seed)
-    rows = list(range(len(captions)))
-    if len(rows) > max_captions:
-        rows = sorted(rng.sample(rows, max_captions))
-    edited_texts, triples = [], []  # triples: (caption row, kind)
-    for row in rows:
-        for kind in kinds:
-            negative = rule_negatives.make(captions[row], kind, rng)
-            if negative is not None and negative != captions[row]:
-                edited_texts.append(negative)
-                triples.append((row, kind))
+    edited_texts, triples = rule_edits(rule_negatives, tuple(captions), kinds, max_captions, seed)
     figures: dict[str, float] = {"rule/n_triples": float(len(triples))}
     if not triples:
         return figures

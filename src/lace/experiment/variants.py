@@ -73,6 +73,12 @@ def uses_counterfactuals(name: str) -> bool:
     return bool(changes.get("counterfactual_captions") or changes.get("counterfactual_images"))
 
 
+def negative_sources(name: str) -> int:
+    """How many kinds of negatives variant `name` makes each step (plain: 0): a rough order of its cost a step,
+    so that runs side by side can start the costliest first."""
+    return sum(value is True for value in VARIANTS[name].values())
+
+
 def check_variants(names, where: str, field: str = "variants") -> None:
     """Refuse names that are not in `VARIANTS`."""
     unknown = [name for name in names if name not in VARIANTS]

@@ -8,6 +8,8 @@ import torch
 
 # CLIP's own cap on the temperature: logits are at most 100 x cosine.
 MAX_LOGIT_SCALE = math.log(100.0)
+FUSED_DEVICES = ("cpu", "cuda")
+"""Devices where `torch.optim.AdamW(fused=True)` runs."""
 
 
 def excluded_from_weight_decay(name: str, parameter: torch.nn.Parameter) -> bool:
@@ -20,16 +22,19 @@ def build_optimizer(
 ) -> torch.optim.AdamW:
     """AdamW over the trainable parameters, no decay for those `excluded_from_weight_decay` picks.
 
-    `foreach=True` on every device: PyTorch picks the per-tensor loop on CPU by default, which
-    gives the same parameters bit for bit (tests/test_train.py) at about twice the cost a step
-    for models of many small tensors.
+    PyTorch's fused kernel where the parameters live on a device that has one (CPU, CUDA): one pass
+    over each tensor instead of the per-tensor loop PyTorch picks on CPU by default, about 3x
+    cheaper a step than even the foreach loop (on CPU foreach runs op by op; 18 of the demo base's
+    87 ms a step went to it). It moves the parameters as the per-tensor loop does, to float
+    rounding (tests/test_train.py). Elsewhere, the foreach loop.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     no_decay = [p for n, p in named if excluded_from_weight_decay(n, p)]
     decay = [p for n, p in named if not excluded_from_weight_decay(n, p)]
+    fused = all(p.device.type in FUSED_DEVICES for _, p in named)
     return torch.optim.AdamW(
         [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}],
-        lr=lr, betas=betas, eps=eps, foreach=True,
+        lr=lr, betas=betas, eps=eps, fused=fused or None, foreach=None if fused else True,
     )
 
 
