@@ -10,7 +10,6 @@ import sys
 from lace import __version__
 from lace.commands.interrupted import interrupted_message
 from lace.errors import LaceInputError
-from lace.memory import keep_freed_memory
 
 COMMANDS = (
     "demo",
@@ -44,7 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `lace` with `argv` (default: `sys.argv[1:]`); return the exit code."""
-    keep_freed_memory()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
