@@ -45,6 +45,10 @@ from lace.dictionary import fused_omp
 METHODS = ("omp", "topk")
 KERNELS = ("fused", "torch")  # OMP kernels: compiled row by row on CPU, or batched torch operations
 LANES = 128  # width of the vectorised max in the arg-max scan (K must be a multiple, else a plain scan)
+FUSED_MIN_ATOMS = 1024
+"""Dictionaries this large get the fused kernel by default. Its first call in a fresh install compiles for
+about 11 s (then 0.3 s from numba's disk cache); below this size the batched torch kernel costs a few
+hundred milliseconds more over a whole fit, which does not repay that compilation."""
 CPU_BLOCK_ROWS = 1024  # rows per block on CPU (fastest measured for K = 4096: 16 MB of correlations)
 DEVICE_BLOCK_ROWS = 8192  # rows per block on an accelerator: fewer, larger kernels
 
@@ -88,7 +92,7 @@ def encode(
     indices and values. Rows are processed `chunk_size` at a time (default 1024 on CPU,
     8192 elsewhere); `gram` (K, K) = atoms @ atoms.T may be passed in to save recomputing it.
     kernel: OMP's kernel, "fused" (CPU, float32 or float64) or "torch"; by default the fused
-    one wherever it runs.
+    one wherever it runs for dictionaries of at least `FUSED_MIN_ATOMS` atoms.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
@@ -149,7 +153,7 @@ def _omp_kernel(kernel: str | None, atoms: Tensor):
     fused_runs = atoms.device.type == "cpu" and atoms.dtype in (torch.float32, torch.float64)
     if kernel == "fused" and not fused_runs:
         raise ValueError(f"kernel: 'fused' runs on CPU in float32 or float64, got {atoms.device} {atoms.dtype}")
-    if kernel == "torch" or not fused_runs:
+    if kernel == "torch" or not fused_runs or (kernel is None and atoms.shape[0] < FUSED_MIN_ATOMS):
         return _batch_omp
     return _fused_omp
 
