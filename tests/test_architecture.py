@@ -13,6 +13,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "lace"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("io", "config", "distributed"),
+    ("manifest",),
     ("data",),
     ("encoders",),
     ("embeddings",),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -25,8 +26,11 @@ class DistributedContext:
         return self.world_size > 1
 
 
-def init_distributed(device: str = "cpu") -> DistributedContext:
-    """Join the process group `torchrun` describes (gloo on CPU, nccl on CUDA); no-op alone."""
+def init_distributed(device: str = "cpu", timeout: float | None = None) -> DistributedContext:
+    """Join the process group `torchrun` describes (gloo on CPU, nccl on CUDA); no-op alone.
+
+    timeout: seconds a collective waits for the other processes before it fails (None: torch's default).
+    """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -35,7 +39,8 @@ def init_distributed(device: str = "cpu") -> DistributedContext:
         torch_device = torch.device("cuda", local_rank)
         torch.cuda.set_device(torch_device)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo")
+        dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=timeout) if timeout is not None else None)
     return DistributedContext(rank, world_size, local_rank, torch_device)
 
 

@@ -29,6 +29,7 @@ from lace.data.dataset import ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_dir, atomic_write_json, open_npy, read_json, replace_dir
+from lace.manifest import verify, write_manifest
 
 IMAGE_FILE = "image_embeddings.npy"
 TEXT_FILE = "text_embeddings.npy"
@@ -52,6 +53,7 @@ class EmbeddingStore:
         for name in (IMAGE_FILE, TEXT_FILE, INDEX_FILE):
             if not (path / name).is_file():
                 raise LaceInputError(f"{path / name}: file not found; expected an embedding store written by `lace embed`")
+        verify(path, (IMAGE_FILE, TEXT_FILE, INDEX_FILE))
         index = read_json(path / INDEX_FILE, dict)
         images = open_npy(path / IMAGE_FILE, "image embeddings")
         texts = open_npy(path / TEXT_FILE, "text embeddings")
@@ -92,6 +94,7 @@ def write_store(
         np.save(tmp / IMAGE_FILE, np.ascontiguousarray(image_embeddings, dtype=np.float32))
         np.save(tmp / TEXT_FILE, np.ascontiguousarray(text_embeddings, dtype=np.float32))
         atomic_write_json(tmp / INDEX_FILE, index)
+        write_manifest(tmp, (IMAGE_FILE, TEXT_FILE, INDEX_FILE))
     return EmbeddingStore.open(path)
 
 
@@ -196,6 +199,7 @@ def extract_embeddings(
     }
     (work / PROGRESS_FILE).unlink()
     atomic_write_json(work / INDEX_FILE, index)
+    write_manifest(work, (IMAGE_FILE, TEXT_FILE, INDEX_FILE))
     replace_dir(work, out_dir)
     return EmbeddingStore.open(out_dir)
 

@@ -20,6 +20,7 @@ from lace.embeddings import EmbeddingStore
 from lace.errors import input_error
 from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
 from lace.io import atomic_dir, atomic_write_json, prepare_output_dir
+from lace.manifest import add_to_manifest
 from lace.report.plots import atom_bars
 
 
@@ -87,6 +88,7 @@ def run_fit(args: argparse.Namespace) -> int:
     with atomic_dir(out) as folder:  # the folder appears whole or not at all
         save_labelled_dictionary(result, folder)
         atomic_write_json(folder / "fit_config.json", {**config_to_dict(config), "embeddings": str(args.embeddings)})
+        add_to_manifest(folder, ("fit_config.json",))
     quality = result.dictionary.quality_
     print(f"fitted {quality['n_atoms']} atoms (s={config.sparsity}, mode={config.mode}) in "
           f"{time.perf_counter() - started:.1f}s")

@@ -1,4 +1,5 @@
-"""What `lace` prints when Ctrl-C stops a command: what was kept and the command that carries on."""
+"""What `lace` prints when Ctrl-C or a preemption notice stops a command: what was kept and the command that
+carries on."""
 
 from __future__ import annotations
 
@@ -46,4 +47,7 @@ def interrupted_message(command: str, argv: list[str], interrupt: KeyboardInterr
         kept = "no half-written output is left"
     how = resume_command(command, argv)
     resume = f"\nresume with:\n  {how}" if how else "\nrun the command again to start over"
-    return f"lace {command}: interrupted; {kept}{resume}"
+    reason = getattr(interrupt, "reason", "interrupted")
+    if reason == "preempted":
+        reason = f"preempted (exit status {interrupt.exit_code}: resumable)"
+    return f"lace {command}: {reason}; {kept}{resume}"

@@ -43,6 +43,7 @@ from lace.concepts.vocabulary import Vocabulary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import LaceInputError, input_error
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
+from lace.manifest import add_to_manifest, verify
 
 FORMAT_VERSION = 1
 BINDINGS_FILE = "bindings.json"
@@ -215,10 +216,12 @@ class BindingDirections:
             "min_count": self.min_count,
             "source": self.source,
         })
+        add_to_manifest(directory, (BINDINGS_FILE, BINDING_DIRECTIONS_FILE))
 
     @classmethod
     def load(cls, directory: str | Path) -> BindingDirections:
         directory = Path(directory)
+        verify(directory, (BINDINGS_FILE, BINDING_DIRECTIONS_FILE))
         meta = read_json(directory / BINDINGS_FILE)
         if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
             raise input_error(directory / BINDINGS_FILE, "format_version", f"{FORMAT_VERSION}", meta.get("format_version") if isinstance(meta, dict) else meta)

@@ -24,6 +24,7 @@ from lace.concepts.vocabulary import Vocabulary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import LaceInputError, input_error
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
+from lace.manifest import add_to_manifest, verify
 
 TEMPLATES = {
     "object": ("a photo of a {}.", "a picture of a {}.", "a {} in the scene.", "there is a {}."),
@@ -86,10 +87,12 @@ class ConceptDirections:
             directory / "concepts.json",
             {"names": self.names, "kinds": self.kinds, "groups": self.groups, "source": self.source, "counts": self.counts},
         )
+        add_to_manifest(directory, ("concepts.json", "concept_directions.safetensors"))
 
     @classmethod
     def load(cls, directory: str | Path) -> ConceptDirections:
         directory = Path(directory)
+        verify(directory, ("concepts.json", "concept_directions.safetensors"))
         meta = read_json(directory / "concepts.json", dict)
         tensors = read_safetensors(directory / "concept_directions.safetensors")
         if "directions" not in tensors or tensors["directions"].ndim != 2:

@@ -38,6 +38,7 @@ from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
+from lace.manifest import add_to_manifest, verify
 
 DEFAULT_TAU_ALIGN = 0.3
 DEFAULT_TAU_USE = 0.25
@@ -93,10 +94,12 @@ class AtomLabelling:
                 str(tmp),
             )
         atomic_write_json(directory / "labelling.json", {"tau_align": self.tau_align})
+        add_to_manifest(directory, ("labelling.json", "labelling.safetensors"))
 
     @classmethod
     def load(cls, directory: str | Path) -> AtomLabelling:
         directory = Path(directory)
+        verify(directory, ("labelling.json", "labelling.safetensors"))
         meta = read_json(directory / "labelling.json", dict)
         tensors = read_safetensors(directory / "labelling.safetensors")
         try:

@@ -26,6 +26,7 @@ from pathlib import Path
 from lace.data.dataset import ImageTextDataset, ImageTextRecord
 from lace.errors import LaceInputError, input_error
 from lace.io import read_json
+from lace.manifest import verify_nearby
 
 IMAGE_COLUMNS = ("filepath", "image", "image_path", "file_name", "filename", "path")
 CAPTION_COLUMNS = ("caption", "title", "text", "sentence")
@@ -252,6 +253,8 @@ def read_dataset(
     """Read any supported format, chosen from the file name and contents."""
     text = str(path)
     suffix = Path(text).suffix.lower()
+    if "{" not in text and Path(text).is_file():
+        verify_nearby(text)  # a file of a folder lace wrote (a world) is checked against its manifest
     if suffix == ".tar" or "{" in text:
         return read_webdataset(text)
     if suffix in (".csv", ".tsv"):

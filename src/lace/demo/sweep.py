@@ -21,6 +21,7 @@ from lace.demo.report import BINDING_COLUMNS, GEOMETRY_COLUMNS, aggregate
 from lace.errors import LaceInputError, input_error
 from lace.experiment.variants import with_changes
 from lace.io import atomic_write_json, read_json
+from lace.manifest import entry_manifest
 from lace.report.document import Report, Table
 
 SWEEP_COLUMNS = (
@@ -74,6 +75,8 @@ def _seed_folder(main: Path, folder: Path, stages: tuple[str, ...] = SHARED_STAG
         source = main / "stages" / f"{stage}.json"
         if source.is_file() and not (folder / "stages" / f"{stage}.json").exists():
             shutil.copy2(source, folder / "stages" / f"{stage}.json")
+            if entry_manifest(source).is_file():  # with its manifest, so that the copy is checked on load
+                shutil.copy2(entry_manifest(source), folder / "stages" / entry_manifest(source).name)
 
 
 def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=print) -> dict:

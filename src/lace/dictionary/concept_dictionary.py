@@ -31,10 +31,12 @@ from lace.dictionary.sparse_coding import SparseCodes, decode, encode
 from lace.dictionary.streaming import Rows, RowSource, check_finite, streaming_mean
 from lace.errors import LaceInputError, input_error
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
+from lace.manifest import add_to_manifest, verify
 
 MODALITIES = ("image", "text")
 MODES = ("learned", "vocabulary")
 FORMAT_VERSION = 1
+DICTIONARY_FILES = ("cfg.json", "dictionary.safetensors", "quality.json")
 
 
 @dataclass
@@ -391,12 +393,14 @@ class ConceptDictionary:
         atomic_write_json(directory / "cfg.json", config)
         if hasattr(self, "quality_"):
             atomic_write_json(directory / "quality.json", self.quality_)
+        add_to_manifest(directory, [name for name in DICTIONARY_FILES if (directory / name).is_file()])
         return directory
 
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> ConceptDictionary:
         """Read a dictionary written by `save`."""
         directory = Path(directory)
+        verify(directory, DICTIONARY_FILES)
         config = read_json(directory / "cfg.json")
         if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
             raise input_error(directory / "cfg.json", "format_version", str(FORMAT_VERSION), config.get("format_version") if isinstance(config, dict) else None)

@@ -2,7 +2,8 @@
 
 A stage is done when `<out>/stages/<name>.json` exists and its recorded key matches
 the key of the inputs it was run with; otherwise it runs again. Results are written
-atomically after the stage's own files, so a stage killed midway simply runs again.
+atomically after the stage's own files, so a stage killed midway simply runs again. Each record has a
+SHA-256 manifest beside it (`<name>.manifest.json`, written after it), checked when it is read.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lace.io import atomic_write_json
+from lace.manifest import entry_manifest, verify, write_manifest
 
 
 def stage_key(*parts: object) -> str:
@@ -67,7 +69,9 @@ class StageRunner:
         start, cpu_start = time.perf_counter(), time.process_time()
         result = work()
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        atomic_write_json(self.path(name), {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
+        path = self.path(name)
+        atomic_write_json(path, {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
+        write_manifest(path.parent, (path.name,), name=entry_manifest(path).name)
         self._note(name, seconds, cpu_seconds, reused=False)
         self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
         return result
@@ -77,6 +81,7 @@ class StageRunner:
         path = self.path(name)
         if not path.is_file():
             return None
+        verify(path.parent, (path.name,), manifest=entry_manifest(path))
         record = json.loads(path.read_text())
         return record if record.get("key") == key else None
 

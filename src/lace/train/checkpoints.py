@@ -17,6 +17,7 @@ import hashlib
 import io
 import pickle
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +118,36 @@ def resolve_checkpoint(run_dir: Path, resume: str) -> Path:
         path = Path(run_dir) / CHECKPOINT_DIR / path.name
     stem = path.name.split(".")[0]
     return path.parent / f"{stem}.json"
+
+
+# What a run folder holds before its first checkpoint: `--resume auto` may start such a folder afresh.
+RUN_FILES = ("config.json", "metrics.jsonl", CHECKPOINT_DIR, "tensorboard")
+
+
+def resume_point(run_dir: Path, resume: str | None) -> Path | None:
+    """The manifest a run resumes from: None for a fresh start (`resume` None, or 'auto' in a run with no
+    whole checkpoint yet), else what `resolve_checkpoint` finds."""
+    if resume is None:
+        return None
+    run_dir = Path(run_dir)
+    if resume == "auto":
+        return latest_checkpoint(run_dir) if (run_dir / CHECKPOINT_DIR / LATEST).is_file() else None
+    if not run_dir.is_dir():
+        raise LaceInputError(f"{run_dir}: run folder not found (--resume needs the folder of the run)")
+    return resolve_checkpoint(run_dir, resume)
+
+
+def clear_unstarted_run(run_dir: Path) -> None:
+    """Empty a run folder that holds only what a run writes before its first whole checkpoint (its config,
+    metrics, partial checkpoint files), so that `--resume auto` starts it again; other folders are left for
+    `prepare_output_dir` to refuse."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or any(p.name not in RUN_FILES for p in run_dir.iterdir()):
+        return
+    if latest_checkpoint(run_dir) is not None:
+        raise LaceInputError(f"{run_dir}: refusing to start afresh over a run with a checkpoint")
+    for path in run_dir.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def load_checkpoint(manifest_path: Path, run_dir: Path | None = None) -> Checkpoint:

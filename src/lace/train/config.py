@@ -49,7 +49,8 @@ class TrainConfig(ArmSwitches):
     overwrite: bool = False
     """Replace a non-empty run folder (ignored when resuming)."""
     resume: str | None = None
-    """Continue a run: 'latest' (the run folder's latest checkpoint) or a checkpoint path."""
+    """Continue a run: 'latest' (the run folder's latest checkpoint), 'auto' (latest if the run has a whole
+    checkpoint, else a fresh start: for torchrun --max-restarts) or a checkpoint path."""
     steps: int = 1000
     """Optimiser steps to run (ignored when epochs is set)."""
     epochs: float | None = None
@@ -148,6 +149,9 @@ class TrainConfig(ArmSwitches):
     """Append a metrics.jsonl line every this many steps."""
     tensorboard: bool = False
     """Also write TensorBoard scalars to the run folder (when tensorboard is installed)."""
+    dist_timeout: float = 1800.0
+    """Seconds a process waits on the others in a collective (data-parallel runs) before the run ends naming the
+    process that died or hangs; keep it above the time a step and a checkpoint write take."""
 
     def validate(self) -> TrainConfig:
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
@@ -177,6 +181,8 @@ class TrainConfig(ArmSwitches):
                      "num_workers"):
             if getattr(self, name) < 0:
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
+        if not self.dist_timeout > 0:
+            raise input_error(where, "dist_timeout", "a positive number of seconds", self.dist_timeout)
         if self.lr <= 0 or self.counterfactual_weight < 0:
             raise input_error(where, "lr / counterfactual_weight", "lr > 0 and counterfactual_weight >= 0")
         for name in ("caption_negatives", "paired_caption_directions", "local_image_negatives", "local_caption_swaps"):

@@ -56,13 +56,14 @@ from lace.train.data import (
 )
 from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
-from lace.train.interrupt import StopRequest, TrainingInterrupted
+from lace.train.interrupt import StopRequest
 from lace.train.local_arm import (
     LocalImagePass,
     fit_training_editor,
     group_token_ids,
     local_caption_negatives,
 )
+from lace.train.lost_rank import WatchCollectives
 from lace.train.negatives import (
     Negatives,
     check_editor_dimension,
@@ -129,7 +130,7 @@ def train(
     """
     config.validate()
     already_initialised = dist.is_available() and dist.is_initialized()
-    context = init_distributed(resolve_device(config.device))
+    context = init_distributed(resolve_device(config.device), timeout=config.dist_timeout)
     try:
         return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder).run()
     finally:
@@ -193,7 +194,7 @@ class Trainer:
         self.refit_images: torch.Tensor | None = None
         self.refit_texts: torch.Tensor | None = None
         self.checkpoint_path: Path | None = None
-        if config.resume:
+        if self.resume_from is not None:
             self._resume()
         elif context.is_main:
             atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(config))
@@ -203,10 +204,11 @@ class Trainer:
 
     def _prepare_run_dir(self) -> Path:
         run_dir = Path(self.config.output)
-        if self.config.resume:
-            if not run_dir.is_dir():
-                raise LaceInputError(f"{run_dir}: run folder not found (--resume needs the folder of the run)")
-        elif self.context.is_main:
+        # None: a fresh start ('auto' without a whole checkpoint)
+        self.resume_from = checkpoints.resume_point(run_dir, self.config.resume)
+        if self.resume_from is None and self.context.is_main:
+            if self.config.resume == "auto":
+                checkpoints.clear_unstarted_run(run_dir)
             prepare_output_dir(run_dir, self.config.overwrite)
         barrier(self.context)
         return run_dir
@@ -280,7 +282,7 @@ class Trainer:
                     f"{saved_path}: cannot resume with a different {', '.join(changed)} "
                     f"(run has {[saved[k] for k in changed]}, given {[current[k] for k in changed]})"
                 )
-        manifest = checkpoints.resolve_checkpoint(self.run_dir, config.resume)
+        manifest = self.resume_from
         checkpoint = checkpoints.load_checkpoint(manifest, self.run_dir)
         state = checkpoint.state
         if state.get("world_batch") != [config.batch_size, config.grad_accumulation]:
@@ -440,8 +442,9 @@ class Trainer:
         window_started = time.perf_counter()
         last_metrics: dict = {}
         self.encoder.train()
-        with StopRequest() as stop:
+        with StopRequest() as stop, WatchCollectives(context, config.dist_timeout) as watch:
             while self.step < self.total_steps:
+                watch.step, watch.checkpoint = self.step + 1, self.checkpoint_path
                 lr = cosine_lr(self.step, config.lr, config.warmup_steps, self.total_steps)
                 set_lr(self.optimizer, lr)
                 for k in range(accumulation):
@@ -463,7 +466,7 @@ class Trainer:
                 if config.refresh_dictionary_every and self.editor is not None \
                         and self.step % config.refresh_dictionary_every == 0:
                     self._refresh_dictionary()
-                stop_now = stop.agreed(context)  # Ctrl-C: save this step, then stop
+                stop_now = stop.agreed(context)  # Ctrl-C, SIGTERM, SIGUSR1: save this step, then stop
                 checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
                     or self.step == self.total_steps or stop_now
                 # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
@@ -477,7 +480,7 @@ class Trainer:
                 bar.update(1)
                 if stop_now and self.step < self.total_steps:
                     bar.close()
-                    raise TrainingInterrupted(self.step, self.checkpoint_path)
+                    raise stop.stopped(self.step, self.checkpoint_path)
         bar.close()
         if writer is not None:
             writer.close()

@@ -15,6 +15,7 @@ from lace.data.world.config import WorldConfig
 from lace.data.world.render import render_scene
 from lace.errors import input_error
 from lace.io import read_json
+from lace.manifest import verify
 
 
 def colour_swapped(scene: dict, config: WorldConfig) -> dict | None:
@@ -32,6 +33,7 @@ def read_world_config(world: str | Path) -> WorldConfig:
     path = Path(world) / "world.json"
     if not path.is_file():
         raise input_error(path, None, "the world.json of a shapes world folder", "no such file")
+    verify(world, ("world.json",))
     data = read_json(path, dict).get("config")
     if not isinstance(data, dict):
         raise input_error(path, "config", "the generator config (a JSON object)", type(data).__name__)
@@ -46,6 +48,7 @@ def read_scenes(world: str | Path, split: str) -> dict[str, dict]:
     path = Path(world) / f"scenes_{split}.jsonl"
     if not path.is_file():
         raise input_error(path, None, f"the scene graphs of split {split!r}", "no such file")
+    verify(world, (path.name,))
     scenes = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -52,6 +52,7 @@ from lace.data.world.scene import (
     split_sizes,
 )
 from lace.io import atomic_path, atomic_write_json, atomic_write_text, prepare_output_dir
+from lace.manifest import write_manifest
 
 
 def _write_compact_json(path: Path, obj: object) -> None:
@@ -325,4 +326,5 @@ def generate_world(
             },
         },
     )
+    write_manifest(out)  # last: every file of the world, images included
     return summary

@@ -39,6 +39,7 @@ from lace.encoders.towers import image_tower, onnx_runtime, text_tower
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, open_npy
+from lace.manifest import entry_manifest, verify, write_manifest
 
 
 @dataclass
@@ -71,11 +72,13 @@ def _save_array(path: Path, array: np.ndarray, description: dict) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
         np.save(handle, np.ascontiguousarray(array, dtype=np.float32))
     atomic_write_json(path.with_suffix(".json"), description)
+    write_manifest(path.parent, (path.name, path.with_suffix(".json").name), name=entry_manifest(path).name)
 
 
 def _load_cached(path: Path, rows: int, dim: int) -> np.ndarray | None:
     if not path.is_file():
         return None
+    verify(path.parent, (path.name, path.with_suffix(".json").name), manifest=entry_manifest(path))
     array = open_npy(path, "cached tower features (delete the file to recompute it)")
     if array.shape != (rows, dim):
         raise LaceInputError(f"{path}: cached tower features of shape {array.shape}, expected {(rows, dim)}")

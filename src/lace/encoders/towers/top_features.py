@@ -44,6 +44,7 @@ from lace.encoders.towers.top import (
 )
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, open_npy, read_json
+from lace.manifest import entry_manifest, verify, write_manifest
 
 STORAGE_DTYPE = np.float16
 
@@ -104,7 +105,14 @@ def _float16_cosine(pooled32: torch.Tensor, pooled16: torch.Tensor) -> float:
 
 
 def _write_description(path: Path, description: dict) -> None:
+    """The entry's `.json`, then its manifest (the maps or token states, their offsets, the description)."""
     atomic_write_json(path.with_suffix(".json"), description)
+    write_manifest(path.parent, _entry_files(path), name=entry_manifest(path).name)
+
+
+def _entry_files(path: Path) -> list[str]:
+    """The files of the cache entry `path` (the maps or token states): itself, its offsets if any, its `.json`."""
+    return [p.name for p in (path, offsets_path(path), path.with_suffix(".json")) if p.is_file()]
 
 
 def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDataset, path: Path,
@@ -198,6 +206,8 @@ def offsets_path(path: Path) -> Path:
 
 
 def _load(path: Path, expected_rows: int, what: str) -> np.ndarray:
+    entry = path.with_name(path.name.removesuffix("-offsets.npy") + ".npy") if path.name.endswith("-offsets.npy") else path
+    verify(path.parent, (path.name,), manifest=entry_manifest(entry))
     array = open_npy(path, f"cached {what} (delete the file to recompute it)")
     if array.shape[0] != expected_rows:
         raise LaceInputError(f"{path}: cached {what} with {array.shape[0]} rows, expected {expected_rows}")

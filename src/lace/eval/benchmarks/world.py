@@ -26,6 +26,7 @@ from lace.eval.benchmarks.base import (
 from lace.eval.benchmarks.winoground import WinogroundItems, winoground_score_tensor
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import group_accuracy, winoground_scores
+from lace.manifest import verify
 
 
 @dataclass
@@ -46,6 +47,7 @@ class World(Benchmark):
 
     def load(self, root: str | Path, split: str = "test") -> WorldItems:
         root = Path(root)
+        verify(root, (f"benchmarks/{split}.json", f"benchmarks/{split}_winoground.json"))
         path = self.require_file(root / "benchmarks" / f"{split}.json", "binding items file")
         items = read_json_as(path, list, "a JSON list of binding items")
         data = WorldItems()
