@@ -39,9 +39,23 @@ def init_distributed(device: str = "cpu", timeout: float | None = None) -> Distr
         torch_device = torch.device("cuda", local_rank)
         torch.cuda.set_device(torch_device)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo",
-                                timeout=timedelta(seconds=timeout) if timeout is not None else None)
+        wait = timedelta(seconds=timeout) if timeout is not None else None
+        store = _restart_store(rank, world_size, wait)
+        dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo", timeout=wait,
+                                **({"store": store, "rank": rank, "world_size": world_size} if store else {}))
     return DistributedContext(rank, world_size, local_rank, torch_device)
+
+
+def _restart_store(rank: int, world_size: int, timeout: timedelta | None):
+    """After `torchrun --max-restarts` restarted the workers: the launcher's store under a prefix of this
+    attempt, else None (the default set-up). The launcher keeps one store for all attempts, and a process
+    group joined without a prefix would read the addresses the first attempt's processes published there."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart == 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
+                          timeout=timeout or timedelta(minutes=30))
+    return dist.PrefixStore(f"lace/attempt_{restart}", store)
 
 
 def shutdown_distributed() -> None:

@@ -1,0 +1,219 @@
+"""Cluster faults of `lace train`: a preemption notice (SIGTERM, SIGUSR1) at a seeded step, in one process and
+in a two-process `torch.distributed.run` job; a worker SIGKILLed under `--max-restarts 1 --resume auto`; a
+worker that hangs. Each resumed run ends on the uninterrupted run's weights, losses and sample count, bit
+for bit.
+
+The run is the LACE run of `test_kill_resume` (counterfactual edits, rule-made captions, a dictionary
+refresh, gradient accumulation), 6 steps of 2 micro-batches.
+"""
+
+import json
+import random
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lace.cli import main
+from lace.train.checkpoints import complete_checkpoints, latest_checkpoint
+from lace.train.interrupt import PREEMPTED_EXIT
+from lace.train.lost_rank import LOST_PROCESS_EXIT
+from tests.conftest import make_images
+from tests.distributed_support import free_port
+from tests.robustness.faults import ROOT, KillPoint, run_killed, subprocess_env
+from tests.test_train import COLOURS, WORLD_VOCABULARY, vocabulary_dictionary
+
+SEED = 27
+STEPS, ACCUMULATION = 6, 2
+WORKER = str(ROOT / "tests" / "robustness" / "fault_worker.py")
+
+
+@pytest.fixture(scope="module")
+def lace_run(tmp_path_factory) -> tuple[Path, list[str]]:
+    """24 images with captions, a fitted dictionary, and the flags of a LACE run writing no periodic checkpoint."""
+    folder = tmp_path_factory.mktemp("preemption")
+    names = make_images(folder / "images", 24)
+    rows = [f"images/{n},a {COLOURS[i % 4]} square left of a {'circle' if i % 2 else 'star'}" for i, n in enumerate(names)]
+    (folder / "pairs.csv").write_text("filepath,caption\n" + "\n".join(rows) + "\n")
+    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
+    dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
+    dictionary.save(folder / "dictionary")
+    directions.save(folder / "dictionary")
+    flags = ["train", "--model", "lace-micro-32", "--data", str(folder / "pairs.csv"), "--steps", str(STEPS),
+             "--batch-size", "8", "--grad-accumulation", str(ACCUMULATION), "--lr", "2e-3", "--warmup-steps", "1",
+             "--log-every", "1", "--checkpoint-every", "0", "--device", "cpu", "--seed", "3", "--no-progress",
+             "--counterfactual-captions", "--counterfactual-images", "--dictionary", str(folder / "dictionary"),
+             "--vocabulary", WORLD_VOCABULARY, "--caption-negatives", "--refresh-dictionary-every", "2",
+             "--refresh-pool-size", "40", "--dist-timeout", "8"]
+    return folder, flags
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_run(run: Path, reference: Path) -> None:
+    """Final weights, every logged loss and the sample count equal the reference run's bit for bit."""
+    weights = load_file(str(latest_checkpoint(run).with_suffix(".safetensors")))
+    expected = load_file(str(latest_checkpoint(reference).with_suffix(".safetensors")))
+    assert weights.keys() == expected.keys()
+    different = [k for k in weights if not torch.equal(weights[k], expected[k])]
+    assert not different, f"resumed weights differ from the uninterrupted run: {different}"
+    ours, theirs = metrics(run), metrics(reference)
+    assert [m["step"] for m in ours] == list(range(1, STEPS + 1))
+    assert [m["loss"] for m in ours] == [m["loss"] for m in theirs]
+    assert ours[-1]["samples_seen"] == theirs[-1]["samples_seen"] == STEPS * ACCUMULATION * 8
+
+
+def printed_resume(stderr: str) -> list[str]:
+    lines = stderr.splitlines()
+    return shlex.split(lines[lines.index("resume with:") + 1])
+
+
+def seeded_call(rng: random.Random) -> tuple[int, int]:
+    """A micro-batch before the last step, and the step it belongs to (where the run must stop)."""
+    call = rng.randint(2, (STEPS - 1) * ACCUMULATION)
+    return call, (call + ACCUMULATION - 1) // ACCUMULATION
+
+
+# ---- one process ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run, tmp_path, capfd, signum):
+    folder, flags = lace_run
+    reference = folder / "whole-one"
+    if not reference.is_dir():
+        assert main([*flags, "--out", str(reference)]) == 0
+    call, step = seeded_call(random.Random(SEED + signum))
+    run = tmp_path / "run"
+    capfd.readouterr()
+    code = run_killed([*flags, "--out", str(run)], KillPoint("lace.train.loop", "Trainer._micro_step", call), signum)
+    stderr = capfd.readouterr().err
+    assert code == PREEMPTED_EXIT, stderr
+    assert f"preempted ({signal.Signals(signum).name}): finishing this step" in stderr
+    assert f"lace train: preempted (exit status 75: resumable); saved checkpoint step_{step:07d}" in stderr
+    assert [m.stem for m in complete_checkpoints(run)] == [f"step_{step:07d}"]  # the stop wrote it
+    command = printed_resume(stderr)
+    assert command[0] == "lace" and command[-2:] == ["--resume", "latest"]
+    assert main(command[1:]) == 0
+    assert_same_run(run, reference)
+
+
+def test_resume_auto_starts_afresh_then_resumes(lace_run, tmp_path):
+    """`--resume auto`: no checkpoint yet, a fresh start (also over a run killed before its first one);
+    with one, the run carries on from it."""
+    folder, flags = lace_run
+    run = tmp_path / "auto"
+    run.mkdir()
+    (run / "config.json").write_text("{}")  # left by a run killed before its first checkpoint
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+    call, step = seeded_call(random.Random(SEED))
+    code = run_killed([*flags, "--out", str(run), "--resume", "auto"],
+                      KillPoint("lace.train.loop", "Trainer._micro_step", call), signal.SIGTERM)
+    assert code == PREEMPTED_EXIT
+    assert latest_checkpoint(run).stem == f"step_{step:07d}"
+    assert main([*flags, "--out", str(run), "--resume", "auto"]) == 0
+    reference = folder / "whole-one"
+    if not reference.is_dir():
+        assert main([*flags, "--out", str(reference)]) == 0
+    assert_same_run(run, reference)
+
+
+# ---- two processes ----------------------------------------------------------------------------------------
+
+
+def torchrun(argv: list[str], records: Path, fault: str = "none", restarts: int = 0,
+             timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m torch.distributed.run --nproc_per_node 2` of `lace <argv>` through `fault_worker.py`."""
+    records.mkdir(parents=True, exist_ok=True)
+    # the c10d rendezvous (--standalone): a restarted attempt gets its own rendezvous round, where the static
+    # one (--master_port) would hand it the first attempt's stale addresses
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "--max-restarts", str(restarts), "--monitor-interval", "0.5", WORKER, str(records), fault, *argv]
+    return subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def records_of(records: Path) -> list[dict]:
+    return [json.loads((records / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def two_process_reference(lace_run) -> Path:
+    folder, flags = lace_run
+    reference = folder / "whole-two"
+    done = torchrun([*flags, "--out", str(reference)], folder / "records-whole")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return reference
+
+
+@pytest.mark.parametrize("action", ["parent-SIGTERM", "SIGUSR1"])
+def test_two_processes_stop_at_one_step_on_a_preemption_signal_and_resume_exactly(lace_run, two_process_reference,
+                                                                                 tmp_path, action):
+    """SIGTERM to the launcher (it passes it on to both workers), or SIGUSR1 to one worker only: both stop
+    at the same step, rank 0 writes the one checkpoint, both exit with status 75."""
+    folder, flags = lace_run
+    rng = random.Random(SEED + len(action))
+    call, step = seeded_call(rng)
+    rank = 1 if action == "SIGUSR1" else 0
+    run = tmp_path / "run"
+    done = torchrun([*flags, "--out", str(run)], tmp_path / "records", f"{rank}:{call}:{action}")
+    stopped = records_of(tmp_path / "records")
+    assert [r["code"] for r in stopped] == [PREEMPTED_EXIT, PREEMPTED_EXIT], done.stderr[-3000:]
+    assert stopped[0]["step"] == stopped[1]["step"], "the processes stopped at different steps"
+    if action == "SIGUSR1":  # one process was signalled; the other learnt of it at the step's end
+        assert stopped[0]["step"] == step
+    assert [m.stem for m in complete_checkpoints(run)] == [f"step_{stopped[0]['step']:07d}"]
+    command = printed_resume(done.stderr)
+    assert command[:5] == ["torchrun", "--nproc_per_node", "2", "-m", "lace"]
+    assert command[-2:] == ["--resume", "latest"]
+    resumed = torchrun(command[5:], tmp_path / "records-resumed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_run(run, two_process_reference)
+
+
+def test_a_worker_killed_under_max_restarts_and_resume_auto_finishes_exactly(lace_run, two_process_reference,
+                                                                          tmp_path):
+    folder, flags = lace_run
+    call, _ = seeded_call(random.Random(SEED + 9))
+    periodic = [*flags[: flags.index("--checkpoint-every")], "--checkpoint-every", "2",
+                *flags[flags.index("--checkpoint-every") + 2:]]
+    run = tmp_path / "run"
+    done = torchrun([*periodic, "--out", str(run), "--resume", "auto"], tmp_path / "records",
+                    f"1:{call}:SIGKILL", restarts=1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["attempt"] for r in records_of(tmp_path / "records")] == [1, 1], "the job was not restarted"
+    assert_same_run(run, two_process_reference)
+
+
+def test_a_hung_worker_ends_the_other_within_the_timeout_naming_it(lace_run, tmp_path):
+    folder, flags = lace_run
+    port, timeout = free_port(), 4
+    run, records = tmp_path / "run", tmp_path / "records"
+    records.mkdir()
+    argv = [*flags[: flags.index("--dist-timeout")], "--dist-timeout", str(timeout), "--out", str(run)]
+    workers = []
+    for rank in (0, 1):
+        env = {**subprocess_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        workers.append(subprocess.Popen([sys.executable, WORKER, str(records), "1:5:hang", *argv], cwd=ROOT, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        _, stderr = workers[0].communicate(timeout=240)  # bounded: the timeout plus start-up on a busy machine
+        assert workers[1].poll() is None, "the hung worker was expected to still hang"
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    assert workers[0].returncode == LOST_PROCESS_EXIT, stderr[-3000:]
+    assert "lace train: error: rank 1 of 2 died or stops answering at step 3" in stderr, stderr[-3000:]
+    assert f"collectives wait {timeout} s, --dist-timeout" in stderr
+    assert latest_checkpoint(run) is None  # nothing half-written is left as latest (no checkpoint was due)
+
