@@ -10,7 +10,7 @@ import sys
 from lace import __version__
 from lace.commands.interrupted import interrupted_message
 from lace.errors import LaceInputError
-from lace.manifest import set_verification
+from lace.manifest import verification
 from lace.train.lost_rank import LostProcess
 
 COMMANDS = (
@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    set_verification(getattr(args, "verify", True))
     try:
-        return int(args.func(args) or 0)
+        with verification(getattr(args, "verify", True)):
+            return int(args.func(args) or 0)
     except LaceInputError as error:
         print(f"lace {args.command}: error: {error}", file=sys.stderr)
         return 2

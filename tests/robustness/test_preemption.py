@@ -158,7 +158,7 @@ def test_two_processes_stop_at_one_step_on_a_preemption_signal_and_resume_exactl
                                                                                  tmp_path, action):
     """SIGTERM to the launcher (it passes it on to both workers), or SIGUSR1 to one worker only: both stop
     at the same step, rank 0 writes the one checkpoint, both exit with status 75."""
-    folder, flags = lace_run
+    _, flags = lace_run
     rng = random.Random(SEED + len(action))
     call, step = seeded_call(rng)
     rank = 1 if action == "SIGUSR1" else 0
@@ -180,7 +180,7 @@ def test_two_processes_stop_at_one_step_on_a_preemption_signal_and_resume_exactl
 
 def test_a_worker_killed_under_max_restarts_and_resume_auto_finishes_exactly(lace_run, two_process_reference,
                                                                           tmp_path):
-    folder, flags = lace_run
+    _, flags = lace_run
     call, _ = seeded_call(random.Random(SEED + 9))
     periodic = [*flags[: flags.index("--checkpoint-every")], "--checkpoint-every", "2",
                 *flags[flags.index("--checkpoint-every") + 2:]]
@@ -193,7 +193,7 @@ def test_a_worker_killed_under_max_restarts_and_resume_auto_finishes_exactly(lac
 
 
 def test_a_hung_worker_ends_the_other_within_the_timeout_naming_it(lace_run, tmp_path):
-    folder, flags = lace_run
+    _, flags = lace_run
     port, timeout = free_port(), 4
     run, records = tmp_path / "run", tmp_path / "records"
     records.mkdir()
