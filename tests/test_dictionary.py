@@ -131,7 +131,8 @@ def test_save_load_round_trip(tmp_path):
     dictionary = ConceptDictionary(n_atoms=12, sparsity=3, batch_size=100).fit(images, texts)
     dictionary.quality(images, texts)
     dictionary.save(tmp_path / "dict")
-    assert sorted(p.name for p in (tmp_path / "dict").iterdir()) == ["cfg.json", "dictionary.safetensors", "quality.json"]
+    assert sorted(p.name for p in (tmp_path / "dict").iterdir()) == ["cfg.json", "dictionary.safetensors", "manifest.json",
+                                                                      "quality.json"]
     loaded = ConceptDictionary.load(tmp_path / "dict")
     torch.testing.assert_close(loaded.atoms_, dictionary.atoms_)
     assert loaded.get_params() == dictionary.get_params()

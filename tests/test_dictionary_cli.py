@@ -28,7 +28,7 @@ def test_dict_fit_writes_a_labelled_dictionary(fitted, capsys):
     written = sorted(p.name for p in (folder / "dict").iterdir())
     assert written == sorted([
         "cfg.json", "dictionary.safetensors", "quality.json", "concepts.json", "concept_directions.safetensors",
-        "labelling.json", "labelling.safetensors", "fit_config.json",
+        "labelling.json", "labelling.safetensors", "fit_config.json", "manifest.json",
     ])
     quality = json.loads((folder / "dict" / "quality.json").read_text())
     assert set(quality["image"]) >= {"fvu", "mean_cosine", "mean_l0", "dead_atom_share"}

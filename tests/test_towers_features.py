@@ -101,7 +101,7 @@ def test_cache_round_trip_reads_the_file_the_second_time(encoder, photos, tmp_pa
     cache = tmp_path / "cache"
     first = tower_features.cached_tower_features(encoder, photos, cache, batch_size=4, num_workers=0)
     files = sorted(p.name for p in cache.iterdir())
-    assert len([f for f in files if f.endswith(".npy")]) == 2 and len(files) == 4
+    assert len([f for f in files if f.endswith(".npy")]) == 2 and len(files) == 6  # each with .json and manifest
 
     def fail(*args, **kwargs):
         raise AssertionError("computed again instead of reading the cache")

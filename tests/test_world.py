@@ -79,7 +79,7 @@ def _relation(a: dict, b: dict) -> str:
 def _file_hashes(folder: Path) -> dict[str, str]:
     hashes = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != "world.json":
+        if path.is_file() and path.name not in ("world.json", "manifest.json"):  # timings, and their hash
             hashes[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return hashes
 

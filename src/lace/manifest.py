@@ -9,7 +9,8 @@ Writers call `add_to_manifest` (or `write_manifest`) after their files are in pl
 lists a file that is not whole. Readers call `verify` for the files they read: a file whose SHA-256 differs
 is a `LaceInputError` naming it. A folder written before manifests existed loads with a warning.
 `verification(False)` (the command line's `--no-verify`) skips the hashing, for stores too large to hash on
-each load (about 0.5 to 1 s per GB on one core, see docs/robustness.md). A file hashed once is not hashed
+each load (SHA-256 reads about 3 s per GiB from the page cache on one core of this project's 2-core
+reference machine, see docs/robustness.md). A file hashed once is not hashed
 again while its size, modification time and inode stay the same.
 """
 
