@@ -9,6 +9,7 @@ from lace.data import read_dataset
 from lace.embeddings import EmbeddingStore, extract_embeddings
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
+from lace.manifest import verification
 
 
 def test_extraction_round_trip_is_memory_mapped_and_matches_direct_encoding(tiny_coco, tmp_path):
@@ -37,7 +38,9 @@ def test_store_refuses_inconsistent_index(tiny_coco, tmp_path):
     index = json.loads((tmp_path / "s" / "index.json").read_text())
     index["captions"] = index["captions"][:-1]
     (tmp_path / "s" / "index.json").write_text(json.dumps(index))
-    with pytest.raises(LaceInputError, match="disagree"):
+    with pytest.raises(LaceInputError, match="index.json: damaged"):
+        EmbeddingStore.open(tmp_path / "s")  # the manifest catches the edit first
+    with verification(False), pytest.raises(LaceInputError, match="disagree"):
         EmbeddingStore.open(tmp_path / "s")
 
 
