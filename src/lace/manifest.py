@@ -128,14 +128,18 @@ def verify(folder: str | os.PathLike, files: Iterable[str | os.PathLike], manife
 
 def verify_nearby(path: str | os.PathLike, levels: int = 2) -> None:
     """Check one file against the manifest of its folder or of a folder up to `levels` above, if one lists it
-    (generic readers, such as a dataset reader given a file of a world folder); silent when none does."""
+    (generic readers, such as a dataset reader given a file of a world folder); silent when none does, and
+    when the nearest `manifest.json` is not lace's (a dataset may ship a file of that name)."""
     if not _state["verify"]:
         return
     path = Path(path)
     for folder in list(path.parents)[: levels + 1]:
         candidate = folder / MANIFEST
         if candidate.is_file():
-            listed = _read(candidate)
+            try:
+                listed = _read(candidate)
+            except LaceInputError:
+                return
             name = path.relative_to(folder).as_posix()
             if name in listed and path.is_file():
                 _check(path, listed[name], candidate)

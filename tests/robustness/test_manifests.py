@@ -139,3 +139,11 @@ def test_a_folder_without_a_manifest_loads_with_a_warning(pristine, tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="lace.manifest"):
         load(folder)
     assert "read without a SHA-256 check" in caplog.text
+
+
+def test_a_datasets_own_manifest_json_is_left_alone(tmp_path):
+    """`read_dataset` checks a file against a lace manifest nearby, and ignores a `manifest.json` of another
+    format (a dataset may ship one)."""
+    (tmp_path / "manifest.json").write_text('{"version": 3, "files": ["pairs.csv"]}')
+    (tmp_path / "pairs.csv").write_text("filepath,caption\na.png,a red circle\n")
+    assert len(read_dataset(tmp_path / "pairs.csv").records) == 1

@@ -217,3 +217,26 @@ def test_a_hung_worker_ends_the_other_within_the_timeout_naming_it(lace_run, tmp
     assert f"collectives wait {timeout} s, --dist-timeout" in stderr
     assert latest_checkpoint(run) is None  # nothing half-written is left as latest (no checkpoint was due)
 
+
+
+def test_a_repeated_signal_is_the_same_request_and_a_later_ctrl_c_stops_at_once(monkeypatch):
+    """torchrun passes the Ctrl-C its workers already had on again at once: that second SIGINT, and a SIGTERM
+    after any request, change nothing; a second Ctrl-C after REPEAT_SECONDS stops at once."""
+    from lace.train import interrupt
+
+    clock = [100.0]
+    monkeypatch.setattr(interrupt.time, "monotonic", lambda: clock[0])
+    request = interrupt.StopRequest()
+    request._handle(signal.SIGINT, None)
+    clock[0] += 0.05
+    request._handle(signal.SIGINT, None)  # the launcher's copy
+    request._handle(signal.SIGTERM, None)
+    assert request.requested == interrupt.CTRL_C
+    clock[0] += interrupt.REPEAT_SECONDS + 0.1
+    with pytest.raises(KeyboardInterrupt):
+        request._handle(signal.SIGINT, None)
+    preempted = interrupt.StopRequest()
+    preempted._handle(signal.SIGUSR1, None)
+    clock[0] += 10
+    preempted._handle(signal.SIGTERM, None)  # a scheduler's repeat: never stops at once
+    assert preempted.requested == interrupt.PREEMPTED
