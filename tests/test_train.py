@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from lace.cli import main
-from lace.edits.row_random import normal
+from lace.row_random import normal
 from lace.errors import LaceInputError
 from lace.io import read_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
