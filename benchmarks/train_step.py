@@ -35,10 +35,10 @@ from lace.concepts.vocabulary import load_vocabulary
 from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.edits import CounterfactualEditor
 from lace.encoders import load_encoder
+from lace.local import LocalEditConfig, build_local_editor
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
 from lace.train.config import TrainConfig
-from lace.local import LocalEditConfig, build_local_editor
 from lace.train.local_arm import LocalImagePass
 from lace.train.optim import build_optimizer
 

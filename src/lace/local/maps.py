@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lace.row_random import Randomness
 from lace.local.editor import LocalImageEditor
 from lace.local.edits import random_control
 from lace.local.objects import FoundObjects, find_objects

@@ -36,13 +36,13 @@ from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
 from lace.edits.captions import RuleNegatives
-from lace.row_random import RowGenerators
 from lace.encoders import DualEncoder, load_encoder
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
 from lace.local import build_local_editor
 from lace.losses import clip_loss, duplicate_pairs, lace_loss
+from lace.row_random import RowGenerators
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
 from lace.train.data import (
@@ -64,7 +64,12 @@ from lace.train.data import (
 from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
 from lace.train.editor import refresh_editor, run_editor
 from lace.train.interrupt import StopRequest, TrainingInterrupted
-from lace.train.local_arm import LocalImagePass, group_token_ids, local_caption_negatives, map_negatives
+from lace.train.local_arm import (
+    LocalImagePass,
+    group_token_ids,
+    local_caption_negatives,
+    map_negatives,
+)
 from lace.train.negatives import (
     BatchSources,
     Negatives,
