@@ -84,7 +84,7 @@ def seeded_call(rng: random.Random) -> tuple[int, int]:
 # ---- one process ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run, tmp_path, capfd, signum):
     folder, flags = lace_run
     reference = folder / "whole-one"
