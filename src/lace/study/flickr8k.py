@@ -23,7 +23,7 @@ from lace.config import config_to_dict
 from lace.data.flickr8k import read_flickr8k
 from lace.edits import EditConfig, build_editor
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
+from lace.encoders.towers import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
 from lace.eval.runner import EvalConfig

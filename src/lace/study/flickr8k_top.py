@@ -14,10 +14,10 @@ import numpy as np
 import torch
 
 from lace.data.flickr8k import SPLITS, read_flickr8k
-from lace.encoders.towers.model import TowersDualEncoder
-from lace.encoders.towers.top import TowersTop
-from lace.encoders.towers.top_features import (
+from lace.encoders.towers import (
     TokenStates,
+    TowersDualEncoder,
+    TowersTop,
     cached_image_top_features,
     cached_text_top_features,
     encode_captions,

@@ -31,10 +31,14 @@ from lace.config import config_to_dict
 from lace.data.flickr8k import read_flickr8k
 from lace.edits import build_editor
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers.checkpoint import load_towers_checkpoint
-from lace.encoders.towers.model import TowersDualEncoder
-from lace.encoders.towers.top import TowersTop, save_top_checkpoint
-from lace.encoders.towers.top_features import cached_text_top_features, encode_captions
+from lace.encoders.towers import (
+    TowersDualEncoder,
+    TowersTop,
+    cached_text_top_features,
+    encode_captions,
+    load_towers_checkpoint,
+    save_top_checkpoint,
+)
 from lace.eval.runner import EvalConfig
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds

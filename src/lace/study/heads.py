@@ -20,10 +20,12 @@ import numpy as np
 import torch
 
 from lace.edits.config import EditConfig
-from lace.encoders.towers import image_tower, text_tower
-from lace.encoders.towers.checkpoint import read_checkpoint, save_heads_checkpoint
-from lace.encoders.towers.heads import ProjectionHead
-from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
+from lace.encoders.towers import (
+    TowersConfig,
+    TowersDualEncoder,
+    read_checkpoint,
+    save_heads_checkpoint,
+)
 from lace.experiment.variants import variant_config, with_changes
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures
@@ -93,11 +95,7 @@ def fresh_heads(encoder: TowersDualEncoder, settings: HeadsTraining, seed: int) 
     config = TowersConfig(embed_dim=settings.embed_dim, head_hidden_dim=settings.hidden_dim,
                           head_dropout=settings.dropout, init_logit_scale=math.log(1 / settings.init_temperature))
     torch.manual_seed(seed)
-    encoder.config = config
-    encoder.image_head = ProjectionHead(image_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim, config.head_dropout)
-    encoder.text_head = ProjectionHead(text_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim, config.head_dropout)
-    with torch.no_grad():
-        encoder.logit_scale.fill_(config.init_logit_scale)
+    encoder.replace_heads(config)
     encoder.eval()
     return encoder
 
