@@ -7,8 +7,9 @@ The front door, for adding LACE negatives to your own open_clip training loop
 (README, "Use LACE in your own training loop"):
 
     labelled = lace.load_labelled_dictionary("dict/")     # a folder written by `lace dict fit`
-    editor = lace.build_editor(labelled, lace.EditConfig())
-    negatives = lace.counterfactual_negatives(editor, U, V, n_edits=2, captions=True, images=True)
+    config = lace.EditConfig(n_edits=2)
+    editor = lace.build_editor(labelled, config)
+    negatives = lace.counterfactual_negatives(editor, U, V, config.n_edits)
     loss = lace.lace_loss(U, V, scale, negatives.caption_negatives, negatives.caption_valid,
                           negatives.image_negatives, negatives.image_valid)
 
@@ -38,8 +39,9 @@ _EXPORTS = {
     "build_editor": "lace.edits.build",
     "CounterfactualEditor": "lace.edits.editor",
     "RuleNegatives": "lace.edits.captions",
+    "LocalEditConfig": "lace.local.config",
+    "build_local_editor": "lace.local.build",
     "LocalImageEditor": "lace.local.editor",
-    "fit_recolour_editor": "lace.local.editor",
     # a batch's negatives and the losses
     "Negatives": "lace.train.negatives",
     "counterfactual_negatives": "lace.train.negatives",
@@ -53,15 +55,16 @@ __all__ = [
     "DictionaryConfig",
     "EditConfig",
     "LabelledDictionary",
+    "LocalEditConfig",
     "LocalImageEditor",
     "Negatives",
     "RuleNegatives",
     "__version__",
     "build_editor",
+    "build_local_editor",
     "clip_loss",
     "counterfactual_negatives",
     "fit_labelled_dictionary",
-    "fit_recolour_editor",
     "lace_loss",
     "load_encoder",
     "load_labelled_dictionary",
