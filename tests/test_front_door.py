@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ SECTION = "## Use LACE in your own training loop"
 def test_import_lace_leaves_torch_unimported():
     script = "import sys, lace; print(sorted(m for m in ('torch', 'open_clip', 'numpy') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                            env={"PYTHONPATH": str(ROOT / "src")})
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert result.stdout.strip() == "[]"
 
 
