@@ -52,8 +52,8 @@ def test_fidelity_reports_each_layer_with_its_random_control(world):
 
 
 def test_lace_fidelity_passes_its_flags_and_refuses_to_clobber(world, tmp_path, monkeypatch):
-    import lace.experiment.fidelity as fidelity
     from lace.cli import main
+    from lace.experiment import fidelity
 
     seen = []
     monkeypatch.setattr(fidelity, "measure_fidelity", lambda encoder, config: seen.append(config) or {"image": {}})
