@@ -24,6 +24,7 @@ COMMANDS = (
     "eval",
     "compare",
     "study",
+    "fidelity",
     "explore",
 )
 
