@@ -213,7 +213,7 @@ def test_a_hung_worker_ends_the_other_within_the_timeout_naming_it(lace_run, tmp
                 worker.kill()
                 worker.wait()
     assert workers[0].returncode == LOST_PROCESS_EXIT, stderr[-3000:]
-    assert "lace train: error: rank 1 of 2 died or stops answering at step 3" in stderr, stderr[-3000:]
+    assert "lace train: error: rank 1 of 2 died or stopped answering at step 3" in stderr, stderr[-3000:]
     assert f"collectives wait {timeout} s, --dist-timeout" in stderr
     assert latest_checkpoint(run) is None  # nothing half-written is left as latest (no checkpoint was due)
 

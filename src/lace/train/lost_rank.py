@@ -72,8 +72,7 @@ class WatchCollectives:
         rank, world = self.context.rank, self.context.world_size
         if ranks:
             who = ", ".join(f"rank {r}" for r in ranks)
-            verb = "stops" if len(ranks) == 1 else "stop"
-            what = f"{who} of {world} died or {verb} answering at step {self.step}"
+            what = f"{who} of {world} died or stopped answering at step {self.step}"
         else:
             what = f"a process of {world} died or stopped answering at step {self.step}"
         kept = (f"the latest whole checkpoint is {self.checkpoint.stem} in {self.checkpoint.parent}"
