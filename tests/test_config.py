@@ -74,3 +74,36 @@ def test_nested_edit_config_from_flags_and_yaml(tmp_path):
     path.write_text("edit: {strenght: 3.0}\n")
     with pytest.raises(LaceInputError, match="strenght"):
         load_config(TrainConfig, path)
+
+
+def test_eval_config_nests_the_search_and_the_fixes_under_the_flags_and_yaml_names_it_had(tmp_path):
+    from lace.eval.neighbours import KnnOptions
+    from lace.eval.rerank import RerankOptions
+    from lace.eval.runner import EvalConfig
+
+    expected = (KnnOptions(backend="faiss", index="ivf", nprobe=3, seed=None),
+                RerankOptions(fixes=("csls", "qbnorm"), csls_k=5, qbnorm_beta=10.0, dn_weight=0.25))
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, EvalConfig)
+    args = parser.parse_args(["--knn", "faiss", "--knn-index", "ivf", "--knn-nprobe", "3", "--rerank", "csls,qbnorm",
+                              "--csls-k", "5", "--qbnorm-beta", "10", "--dn-weight", "0.25"])
+    from_flags = config_from_args(EvalConfig, args)
+    assert (from_flags.knn, from_flags.rerank) == expected
+    flat = tmp_path / "flat.yaml"  # a config file written before the search and the fixes were nested
+    flat.write_text("knn: faiss\nknn_index: ivf\nknn_nprobe: 3\nrerank: [csls, qbnorm]\ncsls_k: 5\n"
+                    "qbnorm_beta: 10\ndn_weight: 0.25\n")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("knn: {backend: faiss, index: ivf, nprobe: 3}\n"
+                      "rerank: {fixes: [csls, qbnorm], csls_k: 5, qbnorm_beta: 10, dn_weight: 0.25}\n")
+    for path in (flat, nested):
+        config = load_config(EvalConfig, path)
+        assert (config.knn, config.rerank) == expected, path
+    assert load_config(EvalConfig, flat) == from_flags
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("knn: {index: flat}\nknn_index: ivf\n")
+    with pytest.raises(LaceInputError, match="'knn_index' sets 'knn.index', which is also given"):
+        load_config(EvalConfig, twice)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("csls_k: 0\n")
+    with pytest.raises(LaceInputError, match=f"{bad}.*csls_k"):
+        load_config(EvalConfig, bad)

@@ -13,12 +13,19 @@ and `config_from_args` builds the dataclass from (defaults < YAML file < flags).
 A field whose type is itself a dataclass config (for example `edit: EditConfig`) is nested:
 each of its fields becomes `--<field>-<name>` (`--edit-strength`), and YAML gives it as a
 mapping (`edit: {strength: 2.0}`), merged over the field's default.
+
+A config may name other flags for its fields, nested ones by dotted path, in a class attribute
+`FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]]` (`{"rerank.csls_k": ("--csls-k",)}`), so that a
+config can nest what it runs and keep the flags its users know. YAML takes every flag's name as a
+key too, underscored (`csls_k: 5`, `knn_index: ivf`, or `knn: faiss` for the field whose flag is
+`--knn`): the flat names of a config from before it nested its parts keep working.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import dataclasses
 import inspect
 import itertools
@@ -117,6 +124,39 @@ def _default(field: dataclasses.Field) -> Any:
     return field.default if field.default is not dataclasses.MISSING else None
 
 
+def _flag_names(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
+    """Dotted field path -> flag names, for the fields of `cls` (and of the configs it nests) given other flag
+    names in their config's `FLAG_NAMES`."""
+    names = {prefix + path: flags for path, flags in getattr(cls, "FLAG_NAMES", {}).items()}
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        nested = _nested(hints[field.name])
+        if nested is not None:
+            names = {**_flag_names(nested, f"{prefix}{field.name}."), **names}
+    return names
+
+
+@cache
+def flag_dests(cls: type) -> dict[str, str]:
+    """Each flag of `cls` (underscored, without the dashes: `csls_k`) -> the dotted field path it sets."""
+    names = _flag_names(cls)
+    dests: dict[str, str] = {}
+
+    def walk(klass: type, prefix: str) -> None:
+        hints = typing.get_type_hints(klass)
+        for field in dataclasses.fields(klass):
+            dest = prefix + field.name
+            nested = _nested(hints[field.name])
+            if nested is not None:
+                walk(nested, dest + ".")
+                continue
+            for flag in names.get(dest, (_flag(dest.replace(".", "_")),)):
+                dests[flag.removeprefix("--").replace("-", "_")] = dest
+
+    walk(cls, "")
+    return dests
+
+
 def add_config_arguments(
     parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
     flags: dict[str, tuple[str, ...]] | None = None, prefix: str = "", defaults: Any = None,
@@ -125,13 +165,14 @@ def add_config_arguments(
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
     Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
-    example `{"output": ("--out", "--output")}`), so commands can share flag names.
+    example `{"output": ("--out", "--output")}`), so commands can share flag names; nested
+    fields by dotted path, as the config's own `FLAG_NAMES`, over which `flags` wins.
     A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
     their defaults read from the field's default (`defaults`, for the nested call).
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
-    flags = flags or {}
+    flags = {**_flag_names(cls, prefix), **(flags or {})} if not prefix else flags or {}
     group = parser.add_argument_group(f"{cls.__name__} ({prefix.rstrip('.')})" if prefix else cls.__name__)
     for field in dataclasses.fields(cls):
         if field.name in skip:
@@ -140,11 +181,11 @@ def add_config_arguments(
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
         nested = _nested(annotation)
         if nested is not None:
-            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default)
+            add_config_arguments(parser, nested, flags=flags, prefix=f"{prefix}{field.name}.", defaults=default)
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name
-        names = flags.get(field.name, (_flag(dest.replace(".", "_")),))
+        names = flags.get(dest, (_flag(dest.replace(".", "_")),))
         if _base_type(annotation) is bool:
             group.add_argument(
                 *names, dest=dest, action=argparse.BooleanOptionalAction,
@@ -162,8 +203,10 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
 
     Values are checked against the field's type: text is parsed as a flag would be, an int is
     accepted for a float, a number for a string, a list for a tuple; anything else that does not
-    match (a list for an int, a mapping for a string) is a `LaceInputError`.
+    match (a list for an int, a mapping for a string) is a `LaceInputError`. A key may also be a flag's
+    name (`csls_k` for `--csls-k`): its value goes to the field the flag sets.
     """
+    values = _flags_as_fields(cls, values, source)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(str(key) for key in set(values) - names)
     if unknown:
@@ -186,7 +229,39 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         else:
             value = _typed_value(hints[key], value, f"{source}: field '{key}'")
         converted[key] = value
-    return cls(**converted)
+    try:
+        return cls(**converted)
+    except ValueError as error:  # a config's own checks (`__post_init__`), named with the source
+        raise LaceInputError(f"{source}: {error}") from error
+
+
+def _flags_as_fields(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
+    """`values` with each key that names a flag of a nested field (`knn_index`, or `knn: faiss` where `--knn`
+    sets `knn.backend`) moved into the mapping of that nested field."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    dests = flag_dests(cls)
+    values = copy.deepcopy(values)  # the nested mappings are filled in below; the caller's stay as they were
+    routed = {key: value for key, value in values.items()
+              if key in fields and not (_nested(hints[key]) is not None and not isinstance(value, dict)
+                                        and "." in dests.get(key, ""))}
+    for key, value in values.items():
+        if key in routed or "." not in dests.get(str(key), ""):
+            routed.setdefault(key, value)  # a plain field, or an unknown key for the caller to name
+            continue
+        key = str(key)
+        *path, name = dests[key].split(".")
+        target = routed
+        for part in path:
+            inner = target.setdefault(part, {})
+            if not isinstance(inner, dict):
+                raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', but field '{part}' is not "
+                                     f"a mapping (got {inner!r})")
+            target = inner
+        if name in target:
+            raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', which is also given")
+        target[name] = value
+    return routed
 
 
 def _typed_value(annotation: Any, value: Any, where: str) -> Any:

@@ -35,7 +35,7 @@ class KnnOptions:
     """How top-k lists are searched: exact chunked brute force, or a FAISS index."""
 
     backend: str = "exact"
-    """exact (chunked brute force, the default) or faiss."""
+    """exact (chunked brute force, the default) or faiss (for 1M+ items; needs faiss-cpu)."""
     index: str = "flat"
     """FAISS index: flat (exact inner product), ivf (IVF-Flat, approximate) or hnsw (approximate)."""
     nlist: int = 0
@@ -48,8 +48,9 @@ class KnnOptions:
     """HNSW: candidate list while building."""
     ef_search: int = 128
     """HNSW: candidate list while searching (more: slower, higher recall)."""
-    seed: int = 0
-    """Seed of the IVF training sample and k-means."""
+    seed: int | None = 0
+    """Seed of the IVF training sample and k-means; none: the seed of the evaluation that holds these options
+    (`lace eval --seed`), 0 for a search made alone."""
 
     def __post_init__(self):
         if self.backend not in KNN_BACKENDS:
@@ -95,9 +96,10 @@ def build_index(gallery: torch.Tensor, options: KnnOptions):
         lists = ivf_lists(n_items, options)
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)
-        index.cp.seed = options.seed
+        seed = 0 if options.seed is None else options.seed
+        index.cp.seed = seed
         sample = min(n_items, TRAINING_POINTS_PER_LIST * lists)
-        rows = np.random.default_rng(options.seed).choice(n_items, sample, replace=False) if sample < n_items \
+        rows = np.random.default_rng(seed).choice(n_items, sample, replace=False) if sample < n_items \
             else np.arange(n_items)
         index.cp.max_points_per_centroid = TRAINING_POINTS_PER_LIST
         index.cp.niter = KMEANS_ITERATIONS
