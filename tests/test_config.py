@@ -12,6 +12,7 @@ from lace.config import (
     load_config,
 )
 from lace.errors import LaceInputError
+from lace.experiment.dictionary import DictionaryConfig
 
 
 @dataclass
@@ -107,3 +108,25 @@ def test_eval_config_nests_the_search_and_the_fixes_under_the_flags_and_yaml_nam
     bad.write_text("csls_k: 0\n")
     with pytest.raises(LaceInputError, match=f"{bad}.*csls_k"):
         load_config(EvalConfig, bad)
+
+
+def test_demo_config_nests_its_dictionary_and_keeps_atoms_and_sparsity(tmp_path):
+    from lace.demo.config import DEMO_DICTIONARY, DemoConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, DemoConfig)
+    flags = {name for action in parser._actions for name in action.option_strings}
+    assert {"--atoms", "--sparsity", "--dictionary-epochs", "--dictionary-calibration"} <= flags
+    assert not flags & {"--dictionary-atoms", "--dictionary-seed", "--dictionary-vocabulary"}  # the demo sets these
+    config = config_from_args(DemoConfig, parser.parse_args(["--atoms", "32", "--sparsity", "4",
+                                                             "--dictionary-epochs", "2"]))
+    assert config.dictionary == DictionaryConfig(**{**config_to_dict(DEMO_DICTIONARY), "atoms": 32, "sparsity": 4,
+                                                    "epochs": 2})
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("atoms: 64\nsparsity: 5\nseed: 2\n")
+    assert load_config(DemoConfig, flat).dictionary == DictionaryConfig(
+        **{**config_to_dict(DEMO_DICTIONARY), "atoms": 64, "sparsity": 5})
+    seeded = tmp_path / "seeded.yaml"
+    seeded.write_text("dictionary: {seed: 3}\n")
+    with pytest.raises(LaceInputError, match=r"field 'dictionary.seed'.*--seed"):
+        load_config(DemoConfig, seeded)

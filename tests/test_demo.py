@@ -7,11 +7,13 @@ from dataclasses import replace
 import pytest
 
 from lace.demo import DemoConfig, run_demo
+from lace.demo.config import DEMO_DICTIONARY
 from lace.demo.report import binding_targets, claims
 from lace.demo.sweep import read_grid, reuse_run, run_sweep, setting_folder
 from lace.errors import LaceInputError
 
-TINY = DemoConfig(world_images=240, base_steps=6, finetune_steps=3, batch_size=16, atoms=16, sparsity=3,
+TINY = DemoConfig(world_images=240, base_steps=6, finetune_steps=3, batch_size=16,
+                  dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
                   n_edits=2, progress=False)
 
 

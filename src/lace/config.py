@@ -16,7 +16,8 @@ mapping (`edit: {strength: 2.0}`), merged over the field's default.
 
 A config may name other flags for its fields, nested ones by dotted path, in a class attribute
 `FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]]` (`{"rerank.csls_k": ("--csls-k",)}`), so that a
-config can nest what it runs and keep the flags its users know. YAML takes every flag's name as a
+config can nest what it runs and keep the flags its users know; `()` gives a field no flag (the config sets
+it itself). YAML takes every flag's name as a
 key too, underscored (`csls_k: 5`, `knn_index: ivf`, or `knn: faiss` for the field whose flag is
 `--knn`): the flat names of a config from before it nested its parts keep working.
 """
@@ -186,6 +187,8 @@ def add_config_arguments(
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name
         names = flags.get(dest, (_flag(dest.replace(".", "_")),))
+        if not names:  # the config sets this field itself: no flag
+            continue
         if _base_type(annotation) is bool:
             group.add_argument(
                 *names, dest=dest, action=argparse.BooleanOptionalAction,
@@ -206,7 +209,7 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
     match (a list for an int, a mapping for a string) is a `LaceInputError`. A key may also be a flag's
     name (`csls_k` for `--csls-k`): its value goes to the field the flag sets.
     """
-    values = _flags_as_fields(cls, values, source)
+    values = flags_as_fields(cls, values, source)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(str(key) for key in set(values) - names)
     if unknown:
@@ -235,7 +238,7 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         raise LaceInputError(f"{source}: {error}") from error
 
 
-def _flags_as_fields(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
+def flags_as_fields(cls: type, values: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """`values` with each key that names a flag of a nested field (`knn_index`, or `knn: faiss` where `--knn`
     sets `knn.backend`) moved into the mapping of that nested field."""
     hints = typing.get_type_hints(cls)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from lace.edits.config import EditConfig
 from lace.errors import input_error
+from lace.experiment.dictionary import DictionaryConfig
 from lace.experiment.variants import check_variants
 
 CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
@@ -35,6 +37,14 @@ CALIBRATED_WORLD = {
     "web_colour_noise": 0.35,
     "web_relation_prob": 0.6,
 }
+
+
+DEMO_DICTIONARY = DictionaryConfig(atoms=128, sparsity=6, epochs=4, batch_size=2048, calibration="isotropic")
+"""The demo's dictionary: K = 128, s = 6, four passes; tau_align against isotropic random directions, since
+random directions shaped by the data's covariance (the library default) are themselves mixtures of the few
+concepts that span a tiny model's space, which left most concepts of the world without an atom."""
+SET_BY_THE_DEMO = ("vocabulary", "seed")
+"""Dictionary fields the demo sets itself: its world's vocabulary and its --seed."""
 
 
 @dataclass
@@ -74,10 +84,9 @@ class DemoConfig:
     """Steps of each fine-tune on COCO-like captions."""
     finetune_lr: float = 5e-4
     """Peak learning rate of fine-tuning."""
-    atoms: int = 128
-    """Dictionary atoms K."""
-    sparsity: int = 6
-    """Non-zero codes per embedding s."""
+    dictionary: DictionaryConfig = field(default_factory=lambda: replace(DEMO_DICTIONARY))
+    """The concept dictionary fitted on the base (`--atoms` K, `--sparsity` s, `--dictionary-*`); it is fitted
+    on the world's vocabulary with --seed."""
     n_edits: int = 4
     """Counterfactual edits M per embedding and side."""
     counterfactual_weight: float = 1.0
@@ -95,8 +104,17 @@ class DemoConfig:
     progress: bool = True
     """Show progress bars."""
 
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "dictionary.atoms": ("--atoms",), "dictionary.sparsity": ("--sparsity",),
+        **{f"dictionary.{name}": () for name in SET_BY_THE_DEMO}}
+    """`--atoms` and `--sparsity` as before the dictionary was a nested config; no flag for what the demo sets."""
+
     def __post_init__(self):
         check_variants(self.only_variants, "DemoConfig", "only_variants")
+        for name in SET_BY_THE_DEMO:
+            if getattr(self.dictionary, name) != getattr(DEMO_DICTIONARY, name):
+                raise input_error("DemoConfig", f"dictionary.{name}", f"{getattr(DEMO_DICTIONARY, name)!r}: the demo "
+                                  "fits its dictionary on the world's vocabulary with --seed", getattr(self.dictionary, name))
         if self.jobs < 0:
             raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
 

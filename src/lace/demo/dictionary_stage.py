@@ -46,9 +46,6 @@ def fit_dictionary(
     texts = torch.from_numpy(embed_texts(encoder, captions, progress=False))
     directions = concept_directions_for_store(vocabulary, captions, texts.numpy(), encoder.encode_texts,
                                               log=lambda _: None)
-    # tau_align against isotropic random directions: random directions shaped by the data's
-    # covariance (the library default) are themselves mixtures of the few concepts that
-    # span a tiny model's space, which left most concepts of the world without an atom.
     fit_config = dictionary_config(config, vocabulary)
     labelled = fit_labelled_dictionary(images, texts, directions, fit_config, captions=captions, log=lambda _: None)
     data_covariance_tau = calibrated_tau_align(labelled.dictionary, directions, images, texts, "covariance",
@@ -71,9 +68,8 @@ def fit_dictionary(
 
 
 def dictionary_config(config: DemoConfig, vocabulary: str) -> DictionaryConfig:
-    """The demo's dictionary: K and s of `config`, four passes, tau_align against isotropic directions."""
-    return DictionaryConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary, epochs=4,
-                            batch_size=2048, seed=config.seed, calibration="isotropic")
+    """`config.dictionary` on the world's `vocabulary`, seeded with the demo's seed."""
+    return dataclasses.replace(config.dictionary, vocabulary=vocabulary, seed=config.seed)
 
 
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:

@@ -108,7 +108,7 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
     dictionary_dir = out / "dictionary"
-    dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
+    dictionary_key = stage_key(base_key, config_to_dict(config.dictionary))
     dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary(
         config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
     return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, key, base_key, dictionary_key,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from lace.config import flags_as_fields
 from lace.demo.config import DemoConfig
 from lace.demo.pipeline import run_demo
 from lace.demo.report import BINDING_COLUMNS, GEOMETRY_COLUMNS, aggregate
@@ -32,7 +33,7 @@ SWEEPABLE = {"atoms", "sparsity", "n_edits", "counterfactual_weight", "edit", "r
 
 
 def read_grid(path: str | Path) -> dict[str, dict]:
-    """Named settings from a YAML mapping `name: {DemoConfig field: value}`; fields limited to LACE's knobs."""
+    """Named settings from a YAML mapping `name: {DemoConfig field or flag name: value}`; limited to LACE's knobs."""
     path = Path(path)
     try:
         grid = yaml.safe_load(path.read_text())
@@ -88,7 +89,7 @@ def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=pr
     evaluations = {variant: results for variant, results in main["evaluations"].items() if variant != "base"}
     wall = {}
     for name, overrides in grid.items():
-        setting = with_changes(config, {**overrides, "only_variants": ("LACE",)})
+        setting = with_changes(config, flags_as_fields(DemoConfig, {**overrides, "only_variants": ("LACE",)}))
         folder = setting_folder(out, name)
         _seed_folder(out, folder)
         log(f"[sweep] {name}: {overrides}")
