@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from lace.concepts.labelled import (
     save_labelled_dictionary,
 )
 from lace.concepts.vocabulary import load_vocabulary
+from lace.data.world.folder import read_scenes
 from lace.demo.config import DemoConfig
 from lace.demo.embed import embed_pixels
 from lace.demo.world_data import world_split
@@ -98,7 +98,7 @@ def atom_bar_figure(
 ) -> dict:
     """Active atoms of one validation image before and after each of the three edits."""
     dataset = world_split(world_dir, "val", "coco")
-    scenes = load_scenes(world_dir, "val")
+    scenes = read_scenes(world_dir, "val")
     shapes = tuple(c.name for c in load_vocabulary(str(world_dir / "vocabulary.yaml")).of_kind("object"))
     owned = owned_concepts(labelled)
     editor = make_editor(labelled, config, effect_check=False)
@@ -123,12 +123,6 @@ def atom_bar_figure(
     caption = dataset.records[row].captions[0]
     atom_bars(panels, atom_names, path, title=f"active atoms (codes of the rebuilt image embedding): {caption}")
     return {"image": dataset.records[row].image_path.stem, "caption": caption, "edits": records}
-
-
-def load_scenes(world_dir: Path, split: str) -> dict[str, dict]:
-    """Scene graphs of one split, by image id."""
-    lines = (Path(world_dir) / f"scenes_{split}.jsonl").read_text().splitlines()
-    return {scene["id"]: scene for scene in map(json.loads, lines)}
 
 
 def edit_retrieval_stage(
