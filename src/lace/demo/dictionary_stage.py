@@ -23,7 +23,7 @@ from lace.edits.captions import RuleNegatives
 from lace.edits.report import edit_report
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
-from lace.eval.dictionary_diagnostics import transplant_retrieval
+from lace.eval.dictionary_diagnostics import owned_concepts, transplant_pair_retrieval
 from lace.eval.edit_retrieval import caption_concepts
 from lace.experiment.dictionary import (
     DictionaryConfig,
@@ -77,10 +77,9 @@ def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -
     return build_editor(labelled, dataclasses.replace(config.edit, **overrides))
 
 
-def owned_concepts(labelled: LabelledDictionary) -> set[str]:
-    """Concepts that own at least one aligned atom (only those can be edited)."""
-    aligned = labelled.labelling.aligned()
-    return {labelled.directions.names[c] for c in labelled.labelling.atom_concept[aligned].tolist()}
+def owned_concept_names(labelled: LabelledDictionary) -> set[str]:
+    """Names of the concepts that own at least one aligned atom (`owned_concepts`: only those can be edited)."""
+    return {labelled.directions.names[c] for c in owned_concepts(labelled).nonzero().flatten().tolist()}
 
 
 def _scene_edits(scene: dict, shapes: tuple[str, ...], owned: set[str]) -> list[str] | None:
@@ -100,7 +99,7 @@ def atom_bar_figure(
     dataset = world_split(world_dir, "val", "coco")
     scenes = read_scenes(world_dir, "val")
     shapes = tuple(c.name for c in load_vocabulary(str(world_dir / "vocabulary.yaml")).of_kind("object"))
-    owned = owned_concepts(labelled)
+    owned = owned_concept_names(labelled)
     editor = make_editor(labelled, config, effect_check=False)
     dictionary = labelled.dictionary
     for row, record in enumerate(dataset.records[:SCENES_TRIED]):
@@ -135,13 +134,13 @@ def edit_retrieval_stage(
     rules = RuleNegatives(load_vocabulary(vocabulary))
     shown, concept_names = caption_concepts([r.captions for r in dataset.records], rules)
     results: dict[str, dict] = {}
-    owned = owned_concepts(labelled)
+    owned = owned_concept_names(labelled)
     for pair in TRANSPLANTS:
         source, target = pair.split("=")
         if not {source, target} <= owned:
             results[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
             continue
-        figures = transplant_retrieval(labelled, gallery, shown, concept_names, pair, config.edit, k=10,
+        figures = transplant_pair_retrieval(labelled, gallery, shown, concept_names, pair, config.edit, k=10,
                                        seed=config.seed)
         if not figures["edited"]:
             results[pair] = {"skipped": f"no valid transplant among {int(figures['candidates'])} images showing {source}"}
@@ -162,7 +161,7 @@ def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_d
     dataset = world_split(world_dir, "test", "coco")
     pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
     gallery = embed_pixels(encoder, pixels)
-    owned = owned_concepts(labelled)
+    owned = owned_concept_names(labelled)
     strengths = (config.edit.strength, 4 * config.edit.strength)
     grids = {}
     for pair in pairs:
