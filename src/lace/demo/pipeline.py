@@ -35,7 +35,7 @@ from lace.demo.dictionary_stage import (
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
-from lace.edits import EditConfig, build_editor
+from lace.edits import CounterfactualEditor, EditConfig, build_editor
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
 from lace.eval.runner import EvalConfig
@@ -127,7 +127,6 @@ def demo_model_and_dictionary(config: DemoConfig, out: str | Path, log=print) ->
                           lambda world_dir, style: world_pairs(world_dir, "train", style, pixel_encoder))
 
 
-# long: the stages in order, each one cached call, so that the whole story reads top to bottom
 def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`.
 
@@ -151,19 +150,49 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             decoded[style] = world_pairs(world_dir, "train", style, pixel_encoder, decoded)
         return decoded[style]
 
-    foundation = run_foundation(config, out, runner, train_pairs)
-    world_dir, vocabulary, base_path = foundation.world_dir, foundation.vocabulary, foundation.base_path
-    base_key, dictionary_key = foundation.base_key, foundation.dictionary_key
-    base, dictionary, encoder = foundation.base, foundation.dictionary, foundation.encoder
-    figures_dir = out / "figures"
+    foundation = run_foundation(config, out, runner, train_pairs)  # stages 1-3
     labelled = load_labelled_dictionary(foundation.dictionary_dir)
-    edit_key = stage_key(dictionary_key, config.edit.strength, config.n_edits)
+    measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
+    stages, finetune_keys, wise_ft = _stages_after_the_base(  # stages 5-7
+        config, out, foundation, labelled, measured, train_pairs(foundation.world_dir, "coco"), pixel_encoder, decoded)
+    results = run_stages(runner, stages, config.workers, config.progress)
+    for name in finetune_keys:
+        measured.evaluations[name] = results[f"eval {name}"]
+        measured.zeroshot[name] = results[f"zeroshot {name}"]
+    summary = _summary(config, runner, foundation, measured, results["edit_grids"],
+                       results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
+    _write_results(summary, out)  # stage 8
+    return summary
+
+
+@dataclass
+class BaseMeasures:
+    """What the demo measures on the base in this process before the fine-tunes fork off."""
+
+    edit_retrieval: dict
+    zeroshot_config: EvalConfig
+    """Zero-shot on the world's shape/colour/count tasks, written beside the run."""
+    editor: CounterfactualEditor
+    """The one instrument of brittleness to counterfactual edits: the default editor on the dictionary."""
+    eval_pixels: dict
+    """Every evaluation image, decoded once for every model."""
+    zeroshot: dict
+    """Zero-shot figures by model: the base's, then each fine-tune's."""
+    evaluations: dict
+    """`evaluate_on_world` results by model: the base's, then each fine-tune's."""
+
+
+def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
+                      labelled) -> BaseMeasures:
+    """Edit retrieval, and the base's zero-shot figures and evaluation, each one cached stage."""
+    world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
+    edit_key = stage_key(foundation.dictionary_key, config.edit.strength, config.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
     # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
     zeroshot_config = EvalConfig(benchmarks=("zeroshot",), world=str(world_dir), world_split="test", seed=config.seed,
                                  zeroshot_root=str(world_zeroshot_root(world_dir, out / "zeroshot")))
-    zeroshot = {"base": runner.run("zeroshot base", stage_key(base_key, "zeroshot"),
+    zeroshot = {"base": runner.run("zeroshot base", stage_key(foundation.base_key, "zeroshot"),
                                    lambda: zeroshot_figures(encoder, "base", zeroshot_config))}
     # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
@@ -172,18 +201,27 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     # every model is one architecture: each evaluation image is decoded once for all, here, before the
     # fine-tunes' evaluations are forked off
     eval_pixels: dict = {}
-    evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
-        encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed, pixels=eval_pixels))}
-    workers = config.workers
+    evaluations = {"base": runner.run(
+        "eval base", stage_key(foundation.base_key, foundation.dictionary_key, "eval"), lambda: evaluate_on_world(
+            encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed, pixels=eval_pixels))}
+    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, zeroshot, evaluations)
+
+
+def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
+                           coco: TensorPairs, pixel_encoder: DualEncoder,
+                           decoded: dict) -> tuple[list[Stage], dict[str, str], Stage | dict]:
+    """The stages that run side by side: every fine-tune (costliest variant first), WiSE-FT, the edit grids,
+    then each fine-tune's evaluation and zero-shot; with the fine-tunes' keys by name and the WiSE-FT stage
+    (or the summary saying why it was skipped)."""
+    world_dir, vocabulary, dictionary_key = foundation.world_dir, foundation.vocabulary, foundation.dictionary_key
     # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
-    quiet = replace(config, progress=False) if workers > 1 else config
-    finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
+    quiet = replace(config, progress=False) if config.workers > 1 else config
+    finetune_key = stage_key(foundation.base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
     lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
                          config.refresh_dictionary_every)
     finetune_keys: dict[str, str] = {}
     finetunes, measures = [], []
     cost: dict[str, int] = {}  # by fine-tune stage: its variant's `negative_sources`
-    coco = train_pairs(world_dir, "coco")
     for variant in config.variants:
         own_keys = _own_keys(config, variant, lace_key)
         rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(variant) else None
@@ -193,53 +231,56 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
             cost[f"finetune {name}"] = negative_sources(variant)
             finetunes.append(Stage(f"finetune {name}", key, partial(
-                _finetune, quiet, variant, seed, coco, out, base_path, model_path, labelled, vocabulary, rendered)))
+                _finetune, quiet, variant, seed, coco, out, foundation.base_path, model_path, labelled, vocabulary,
+                rendered)))
             measures.append(Stage(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
-                _evaluate_saved, config.model, model_path, name, world_dir, vocabulary, editor, config.seed, eval_pixels),
-                after=(f"finetune {name}",)))
+                _evaluate_saved, config.model, model_path, name, world_dir, vocabulary, measured.editor, config.seed,
+                measured.eval_pixels), after=(f"finetune {name}",)))
             measures.append(Stage(f"zeroshot {name}", stage_key(key, "zeroshot"), partial(
-                _zeroshot_saved, config.model, model_path, name, zeroshot_config), after=(f"finetune {name}",)))
+                _zeroshot_saved, config.model, model_path, name, measured.zeroshot_config),
+                after=(f"finetune {name}",)))
     grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
-                  partial(edit_grids_stage, labelled, encoder, world_dir, config, figures_dir))
-    wise_ft = _wise_ft(config, out, base_key, finetune_keys, zeroshot_config)
+                  partial(edit_grids_stage, labelled, foundation.encoder, world_dir, config, out / "figures"))
+    wise_ft = _wise_ft(config, out, foundation.base_key, finetune_keys, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest variant first,
     # then WiSE-FT (a dozen models scored), then the rest.
     finetunes.sort(key=lambda stage: cost[stage.name], reverse=True)
-    results = run_stages(runner, finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures,
-                         workers, config.progress)
-    for name in finetune_keys:
-        evaluations[name] = results[f"eval {name}"]
-        zeroshot[name] = results[f"zeroshot {name}"]
-    grids = results["edit_grids"]
-    wise_ft = results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft
+    return finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures, finetune_keys, wise_ft
 
-    summary = {
+
+def _summary(config: DemoConfig, runner: StageRunner, foundation: Foundation, measured: BaseMeasures, grids: dict,
+             wise_ft: dict, started: float, load_at_start: tuple[float, float, float]) -> dict:
+    """Everything results.json holds: the config, every stage's figures, and what the run cost."""
+    return {
         "config": config_to_dict(config),
         "world": config_to_dict(world_config(config)),
-        "base": base,
-        "dictionary": dictionary,
-        "edit_retrieval": edits,
+        "base": foundation.base,
+        "dictionary": foundation.dictionary,
+        "edit_retrieval": measured.edit_retrieval,
         "edit_grids": grids,
-        "zeroshot": zeroshot,
+        "zeroshot": measured.zeroshot,
         "wise_ft": wise_ft,
-        "evaluations": evaluations,
+        "evaluations": measured.evaluations,
         "calibration_targets": CLIP_SUGARCREPE,
         "wall_seconds": dict(runner.wall_times),
         "cpu_seconds": dict(runner.cpu_times),
         "reused": dict(runner.reused),
         # Wall time depends on what else runs on the machine: the load average (1, 5, 15 min) says how busy it was.
-        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "workers": workers,
+        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "workers": config.workers,
                     "load_average_at_start": [round(x, 2) for x in load_at_start],
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
                     "wall_seconds_before_report": time.perf_counter() - started},
     }
+
+
+def _write_results(summary: dict, out: Path) -> None:
+    """results.json, then the report, then results.json again with the report's time."""
     atomic_write_json(out / "results.json", summary)
     start, cpu_start = time.perf_counter(), time.process_time()
     write_demo_report(summary, out)
     summary["wall_seconds"]["report"] = time.perf_counter() - start
     summary["cpu_seconds"]["report"] = time.process_time() - cpu_start
     atomic_write_json(out / "results.json", summary)
-    return summary
 
 
 WISE_FT_VARIANTS = ("plain", "LACE")
