@@ -125,36 +125,35 @@ def _default(field: dataclasses.Field) -> Any:
     return field.default if field.default is not dataclasses.MISSING else None
 
 
-def _flag_names(cls: type, prefix: str = "") -> dict[str, tuple[str, ...]]:
-    """Dotted field path -> flag names, for the fields of `cls` (and of the configs it nests) given other flag
-    names in their config's `FLAG_NAMES`."""
-    names = {prefix + path: flags for path, flags in getattr(cls, "FLAG_NAMES", {}).items()}
-    hints = typing.get_type_hints(cls)
-    for field in dataclasses.fields(cls):
-        nested = _nested(hints[field.name])
-        if nested is not None:
-            names = {**_flag_names(nested, f"{prefix}{field.name}."), **names}
-    return names
+def _own_flags(cls: type, flags: dict[str, tuple[str, ...]] | None) -> dict[str, tuple[str, ...]]:
+    """Field path (relative to `cls`, dotted for nested fields) -> flag names: the config's own `FLAG_NAMES`,
+    under `flags`."""
+    return {**getattr(cls, "FLAG_NAMES", {}), **(flags or {})}
+
+
+def _inner_flags(flags: dict[str, tuple[str, ...]], name: str) -> dict[str, tuple[str, ...]]:
+    """The entries of `flags` for the fields nested in field `name`, relative to it."""
+    return {key[len(name) + 1:]: names for key, names in flags.items() if key.startswith(f"{name}.")}
 
 
 @cache
 def flag_dests(cls: type) -> dict[str, str]:
     """Each flag of `cls` (underscored, without the dashes: `csls_k`) -> the dotted field path it sets."""
-    names = _flag_names(cls)
     dests: dict[str, str] = {}
 
-    def walk(klass: type, prefix: str) -> None:
+    def walk(klass: type, prefix: str, flags: dict[str, tuple[str, ...]]) -> None:
         hints = typing.get_type_hints(klass)
+        flags = _own_flags(klass, flags)
         for field in dataclasses.fields(klass):
             dest = prefix + field.name
             nested = _nested(hints[field.name])
             if nested is not None:
-                walk(nested, dest + ".")
+                walk(nested, dest + ".", _inner_flags(flags, field.name))
                 continue
-            for flag in names.get(dest, (_flag(dest.replace(".", "_")),)):
+            for flag in flags.get(field.name, (_flag(dest.replace(".", "_")),)):
                 dests[flag.removeprefix("--").replace("-", "_")] = dest
 
-    walk(cls, "")
+    walk(cls, "", {})
     return dests
 
 
@@ -166,14 +165,15 @@ def add_config_arguments(
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
     Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
-    example `{"output": ("--out", "--output")}`), so commands can share flag names; nested
-    fields by dotted path, as the config's own `FLAG_NAMES`, over which `flags` wins.
+    example `{"output": ("--out", "--output")}`, or `{"edit.n_edits": ("--edit-n-edits", "--n-edits")}` for a
+    nested field), so commands can share flag names and keep the names of fields that moved into a nested config;
+    they win over the config's own `FLAG_NAMES`, and `()` gives a field no flag.
     A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
     their defaults read from the field's default (`defaults`, for the nested call).
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
-    flags = {**_flag_names(cls, prefix), **(flags or {})} if not prefix else flags or {}
+    flags = _own_flags(cls, flags)
     group = parser.add_argument_group(f"{cls.__name__} ({prefix.rstrip('.')})" if prefix else cls.__name__)
     for field in dataclasses.fields(cls):
         if field.name in skip:
@@ -182,11 +182,12 @@ def add_config_arguments(
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
         nested = _nested(annotation)
         if nested is not None:
-            add_config_arguments(parser, nested, flags=flags, prefix=f"{prefix}{field.name}.", defaults=default)
+            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default,
+                                 flags=_inner_flags(flags, field.name))
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name
-        names = flags.get(dest, (_flag(dest.replace(".", "_")),))
+        names = flags.get(field.name, (_flag(dest.replace(".", "_")),))
         if not names:  # the config sets this field itself: no flag
             continue
         if _base_type(annotation) is bool:
