@@ -129,5 +129,35 @@ def test_demo_config_nests_its_dictionary_and_keeps_atoms_and_sparsity(tmp_path)
         **{**config_to_dict(DEMO_DICTIONARY), "atoms": 64, "sparsity": 5})
     seeded = tmp_path / "seeded.yaml"
     seeded.write_text("dictionary: {seed: 3}\n")
-    with pytest.raises(LaceInputError, match=r"field 'dictionary.seed'.*--seed"):
+    with pytest.raises(LaceInputError, match=r"field 'dictionary.seed'.*the demo sets it"):
         load_config(DemoConfig, seeded)
+
+
+def test_demo_config_fine_tunes_a_train_config_delta_under_the_flags_and_yaml_names_it_had(tmp_path):
+    from dataclasses import replace
+
+    from lace.demo.config import DEMO_FINETUNE, DemoConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, DemoConfig)
+    flags = {name for action in parser._actions for name in action.option_strings}
+    assert {"--finetune-steps", "--finetune-lr", "--n-edits", "--edit-n-edits", "--counterfactual-weight",
+            "--edit-strength", "--local-layer", "--local-n-edits", "--refresh-dictionary-every",
+            "--finetune-weight-decay"} <= flags
+    assert not flags & {"--finetune-model", "--finetune-seed", "--finetune-local-image-negatives",
+                        "--finetune-edit-strength", "--finetune-batch-size"}  # the demo and its variants set these
+    expected = replace(DEMO_FINETUNE, steps=40, lr=1e-3, counterfactual_weight=0.5, weight_decay=0.0,
+                       edit=replace(DEMO_FINETUNE.edit, n_edits=8, strength=2.0),
+                       local=replace(DEMO_FINETUNE.local, layer="layer2"))
+    args = parser.parse_args(["--finetune-steps", "40", "--finetune-lr", "1e-3", "--n-edits", "8",
+                              "--edit-strength", "2", "--local-layer", "layer2", "--counterfactual-weight", "0.5",
+                              "--finetune-weight-decay", "0"])
+    assert config_from_args(DemoConfig, args).finetune == expected
+    flat = tmp_path / "flat.yaml"  # a demo config written before the fine-tune was nested
+    flat.write_text("finetune_steps: 40\nfinetune_lr: 0.001\nn_edits: 8\nedit: {strength: 2}\nlocal_layer: layer2\n"
+                    "counterfactual_weight: 0.5\n")
+    assert load_config(DemoConfig, flat).finetune == replace(expected, weight_decay=DEMO_FINETUNE.weight_decay)
+    model = tmp_path / "model.yaml"
+    model.write_text("finetune: {model: ViT-B-32}\n")
+    with pytest.raises(LaceInputError, match=r"field 'finetune.model'"):
+        load_config(DemoConfig, model)

@@ -228,7 +228,7 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         nested = _nested(hints[key])
         if nested is not None and isinstance(value, dict):
             default = _default(fields[key])
-            merged = {**(config_to_dict(default) if default is not None else {}), **value}
+            merged = _merged(config_to_dict(default) if default is not None else {}, value)
             value = config_from_dict(nested, merged, source=f"{source}: field '{key}'")
         else:
             value = _typed_value(hints[key], value, f"{source}: field '{key}'")
@@ -239,13 +239,27 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         raise LaceInputError(f"{source}: {error}") from error
 
 
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` on top, mappings inside merged too (a nested config's nested config keeps the
+    defaults its parent gave it)."""
+    merged = dict(base)
+    for key, value in changes.items():
+        merged[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
+            else value
+    return merged
+
+
 def flags_as_fields(cls: type, values: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """`values` with each key that names a flag of a nested field (`knn_index`, or `knn: faiss` where `--knn`
-    sets `knn.backend`) moved into the mapping of that nested field."""
+    sets `knn.backend`) moved into the mapping of that nested field; a mapping under a key that is no field but
+    the prefix of flags (`edit: {strength: 2}` for `--edit-strength`) is read as those flags."""
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     dests = flag_dests(cls)
     values = copy.deepcopy(values)  # the nested mappings are filled in below; the caller's stay as they were
+    for key in [key for key, value in values.items() if key not in fields and isinstance(value, dict)
+                and value and all(f"{key}_{inner}" in dests for inner in value)]:
+        values.update({f"{key}_{inner}": value for inner, value in values.pop(key).items()})  # edit: {strength: 2}
     routed = {key: value for key, value in values.items()
               if key in fields and not (_nested(hints[key]) is not None and not isinstance(value, dict)
                                         and "." in dests.get(key, ""))}
@@ -262,8 +276,9 @@ def flags_as_fields(cls: type, values: dict[str, Any], source: str = "config") -
                 raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', but field '{part}' is not "
                                      f"a mapping (got {inner!r})")
             target = inner
-        if name in target:
-            raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', which is also given")
+        if name in target and target[name] != value:
+            raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', which is also given "
+                                 f"({target[name]!r}, not {value!r})")
         target[name] = value
     return routed
 

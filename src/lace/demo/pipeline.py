@@ -54,9 +54,11 @@ from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json
-from lace.local import LocalEditConfig
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
+INSTRUMENT_EDITS = 4
+"""M of the one instrument every model's brittleness to counterfactual edits is measured with (the default editor
+on the base's dictionary), whatever M the fine-tunes train with."""
 IMAGES_PER_WORLD_WORKER = 2000
 """A world process renders about 1,000 images a second and takes about 2 s to start: fewer images than this
 per process are rendered sooner by fewer processes."""
@@ -188,7 +190,7 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
                       labelled) -> BaseMeasures:
     """Edit retrieval, and the base's zero-shot figures and evaluation, each one cached stage."""
     world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
-    edit_key = stage_key(foundation.dictionary_key, config.edit.strength, config.n_edits)
+    edit_key = stage_key(foundation.dictionary_key, config.finetune.edit.strength, config.finetune.edit.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
     # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
@@ -205,7 +207,7 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
     eval_pixels: dict = {}
     evaluations = {"base": runner.run(
         "eval base", stage_key(foundation.base_key, foundation.dictionary_key, "eval"), lambda: evaluate_on_world(
-            encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed, pixels=eval_pixels))}
+            encoder, "base", world_dir, vocabulary, editor, INSTRUMENT_EDITS, config.seed, pixels=eval_pixels))}
     return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, zeroshot, evaluations)
 
 
@@ -218,9 +220,10 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
     world_dir, vocabulary, dictionary_key = foundation.world_dir, foundation.vocabulary, foundation.dictionary_key
     # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
     quiet = replace(config, progress=False) if config.workers > 1 else config
-    finetune_key = stage_key(foundation.base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
-    lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
-                         config.refresh_dictionary_every)
+    knobs = config_to_dict(config.finetune)
+    general = {name: value for name, value in knobs.items() if name not in LACE_KNOBS + ("local",)}
+    finetune_key = stage_key(foundation.base_key, general, config.batch_size)
+    lace_key = stage_key(dictionary_key, {name: knobs[name] for name in LACE_KNOBS})
     finetune_keys: dict[str, str] = {}
     finetunes, measures = [], []
     cost: dict[str, int] = {}  # by fine-tune stage: its variant's `negative_sources`
@@ -241,7 +244,7 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
             measures.append(Stage(f"zeroshot {name}", stage_key(key, "zeroshot"), partial(
                 _zeroshot_saved, config.model, model_path, name, measured.zeroshot_config),
                 after=(f"finetune {name}",)))
-    grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
+    grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.finetune.edit), "grids"),
                   partial(edit_grids_stage, labelled, foundation.encoder, world_dir, config, out / "figures"))
     wise_ft = _wise_ft(config, out, foundation.base_key, finetune_keys, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest variant first,
@@ -307,7 +310,7 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, finetune_keys: dict[s
 def _evaluate_saved(model: str, path: Path, name: str, world_dir: Path, vocabulary: str, editor, seed: int,
                     pixels: dict) -> dict:
     """`evaluate_on_world` of the checkpoint at `path`."""
-    return evaluate_on_world(load_encoder(model, str(path)), name, world_dir, vocabulary, editor, DemoConfig.n_edits,
+    return evaluate_on_world(load_encoder(model, str(path)), name, world_dir, vocabulary, editor, INSTRUMENT_EDITS,
                              seed, pixels=pixels)
 
 
@@ -316,11 +319,16 @@ def _zeroshot_saved(model: str, path: Path, name: str, config: EvalConfig) -> di
     return zeroshot_figures(load_encoder(model, str(path)), name, config)
 
 
+LACE_KNOBS = ("edit", "counterfactual_weight", "refresh_dictionary_every", "refresh_pool_size")
+"""The fine-tune's knobs only the variants with counterfactuals read (the rest of `DemoConfig.finetune` keys every
+fine-tune, `local` those of LACE-local)."""
+
+
 def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
-    """What a variant's fine-tune depends on beyond the base, the data order, the steps and the seed."""
+    """What a variant's fine-tune depends on beyond the base, the data order, the general knobs and the seed."""
     keys = [lace_key if uses_counterfactuals(variant) else None]
     if uses_local(variant):
-        keys.append(stage_key(config.local_layer, config.local_n_edits))
+        keys.append(stage_key(config_to_dict(config.finetune.local)))
     return keys
 
 
@@ -334,15 +342,16 @@ def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
             "images_per_second": summary.images_per_second, "seconds": summary.seconds}
 
 
-def _train_config(config: DemoConfig, out: Path, name: str, **switches) -> TrainConfig:
-    return TrainConfig(model=config.model, output=str(out / "runs" / name), overwrite=True,
-                       batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
-                       warmup_steps=min(50, max(1, config.finetune_steps // 10)), **switches)
+def _warmup_steps(config: DemoConfig) -> int:
+    """Warm-up of the base and of every fine-tune: a tenth of the fine-tune's steps, at least 1, at most 50."""
+    return min(50, max(1, config.finetune.steps // 10))
 
 
 def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path) -> dict:
-    train_config = _train_config(config, out, "base", pretrained=None, steps=config.base_steps, lr=config.base_lr,
-                                 seed=config.seed)
+    train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
+                               batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
+                               warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
+                               lr=config.base_lr, seed=config.seed)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -358,14 +367,12 @@ def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path
 
 def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, out: Path, base_path: Path,
               model_path: Path, labelled, vocabulary: str, rendered=None) -> dict:
-    """One fine-tune; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
-    train_config = variant_config(_train_config(
-        config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
-        lr=config.finetune_lr, seed=seed, vocabulary=vocabulary,
-        counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
-        edit=replace(config.edit, n_edits=config.n_edits),
-        local=LocalEditConfig(layer=config.local_layer, n_edits=config.local_n_edits),
-    ), variant)
+    """One fine-tune: `config.finetune` with what the demo sets and the variant's delta; `rendered`: None, or a
+    callable giving the ceiling arm's `RenderedNegatives`."""
+    train_config = variant_config(replace(
+        config.finetune, model=config.model, output=str(out / "runs" / f"{_slug(variant)}-seed{seed}"),
+        batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
+        vocabulary=vocabulary), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)

@@ -1,6 +1,7 @@
 """`lace demo --sweep GRID`: LACE's knobs tried one at a time on the demo's base, scored on validation.
 
-Every setting is a named set of `DemoConfig` overrides. Each runs in its own folder under
+Every setting is a named set of `DemoConfig` overrides, by flag name (`n_edits`, `atoms`, or `edit: {...}` for
+the `--edit-*` flags). Each runs in its own folder under
 `<out>/sweep/`, seeded with the main run's world, base and dictionary, so only what the
 setting changes is recomputed (a new dictionary when `atoms` or `sparsity` change, then the
 LACE fine-tune and its evaluation). Settings are compared on the validation split only:
