@@ -164,7 +164,8 @@ def add_config_arguments(
     """Add one `--flag` per field of dataclass `cls`, with the field's docstring as help.
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
-    Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
+    Booleans take `--flag` / `--no-flag`; `skip` names fields left out (`"finetune.edit"` for a nested one,
+    which then keeps its default). `flags` gives a field other flag names (for
     example `{"output": ("--out", "--output")}`, or `{"edit.n_edits": ("--edit-n-edits", "--n-edits")}` for a
     nested field), so commands can share flag names and keep the names of fields that moved into a nested config;
     they win over the config's own `FLAG_NAMES`, and `()` gives a field no flag.
@@ -182,7 +183,9 @@ def add_config_arguments(
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
         nested = _nested(annotation)
         if nested is not None:
-            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default,
+            inner = f"{field.name}."
+            add_config_arguments(parser, nested, prefix=f"{prefix}{inner}", defaults=default,
+                                 skip=tuple(name[len(inner):] for name in skip if name.startswith(inner)),
                                  flags=_inner_flags(flags, field.name))
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
@@ -341,11 +344,12 @@ def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
 
 
 def config_from_args(cls: type[ConfigT], args: argparse.Namespace, yaml_path: str | Path | None = None,
-                     prefix: str = "") -> ConfigT:
-    """Defaults, then the YAML file (if any), then the flags the user actually gave (added with
-    the same `prefix` by `add_config_arguments`)."""
-    base = load_config(cls, yaml_path) if yaml_path else cls()
-    return _with_flags(base, args, prefix)
+                     prefix: str = "", base: ConfigT | None = None) -> ConfigT:
+    """Defaults (`base`, or `cls()`), then the YAML file (if any), then the flags the user actually gave (added
+    with the same `prefix` by `add_config_arguments`)."""
+    if yaml_path:
+        base = load_config(cls, yaml_path)
+    return _with_flags(base if base is not None else cls(), args, prefix)
 
 
 def _with_flags(config: Any, args: argparse.Namespace, prefix: str) -> Any:

@@ -122,7 +122,7 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
           dictionary["share_best_at_least_0.5_shuffled"]]],
         f"Atom alignment of {dictionary['n_concepts']} concepts (caption-mean directions) against the same directions "
         f"with shuffled coordinates. tau_align = {dictionary['tau_align']:.3f} "
-        f"({'calibrated on random directions of the data' if results['config']['tau_align'] is None else 'set'}): "
+        f"({'calibrated on random directions of the data' if results['config']['dictionary']['tau_align'] is None else 'set'}): "
         f"{dictionary['aligned_atoms']} of {dictionary['n_atoms']} atoms aligned, "
         f"owning {dictionary['concepts_owning_aligned_atoms']} concepts."))
     examples = dictionary["examples"]
