@@ -14,6 +14,7 @@ LOCAL_OPERATORS = ("recolour", "mean_shift")
 # rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
 DEFAULT_EDIT_KINDS = ("attenuate", "swap", "transplant")
 MISSING_IMAGE_POLICIES = ("skip", "error")
+LOSSES = ("auto", "clip", "sigmoid")
 
 
 class ArmSwitches:
@@ -72,6 +73,9 @@ class TrainConfig(ArmSwitches):
     """Clip the global gradient norm to this value (None: no clipping)."""
     grad_accumulation: int = 1
     """Batches per optimiser step; each batch is its own contrastive loss, gradients averaged."""
+    loss: str = "auto"
+    """Contrastive loss: auto (sigmoid for a model with a logit bias, SigLIP's; the softmax CLIP loss
+    otherwise), clip or sigmoid. The run's config.json records the loss it trained with."""
     mask_duplicate_pairs: bool = False
     """Leave other copies of a pair's image or caption in the batch (all processes) out of its softmax
     in both directions. Off by default: every other pair is a negative, as in open_clip's ClipLoss."""
@@ -125,7 +129,8 @@ class TrainConfig(ArmSwitches):
     n_edits: int = 4
     """M: counterfactual edits per embedding and side."""
     counterfactual_weight: float = 1.0
-    """w in plain + w * (extended - plain); 1 is one softmax over batch and negatives."""
+    """w in plain + w * (extended - plain); 1 is one softmax over batch and negatives (with the sigmoid
+    loss: the weight of the negatives' own z = -1 terms)."""
     refresh_dictionary_every: int = 0
     """Refit the dictionary on recent embeddings every this many steps (0: never)."""
     refresh_pool_size: int = 4096
@@ -166,6 +171,7 @@ class TrainConfig(ArmSwitches):
             ("counterfactual_source", self.counterfactual_source, COUNTERFACTUAL_SOURCES),
             ("on_missing_image", self.on_missing_image, MISSING_IMAGE_POLICIES),
             ("local_operator", self.local_operator, LOCAL_OPERATORS),
+            ("loss", self.loss, LOSSES),
         ):
             if value not in allowed:
                 raise input_error(where, name, f"one of {allowed}", value)
