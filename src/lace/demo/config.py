@@ -22,6 +22,9 @@ CLIP_SUGARCREPE = {
     "replace_relation": 0.69,
 }
 CALIBRATION_TOLERANCE = 0.10
+DEMO_LOSSES = ("clip", "sigmoid")
+SIGMOID_TWINS = {"lace-micro-rn-32": "lace-micro-rn-sigmoid-32", "lace-micro-32": "lace-micro-sigmoid-32"}
+"""The lace-tiny architectures with a learned logit bias (SigLIP's `init_logit_bias`), by their CLIP twin."""
 
 # World knobs chosen on the validation split so that the base fails like CLIP (see
 # docs/calibration.md for every setting tried and what it measured). Small splits
@@ -64,6 +67,12 @@ class DemoConfig:
     model: str = "lace-micro-rn-32"
     """lace-tiny architecture trained from scratch (its image size must match image_size); the default's
     convolutional image tower learns shapes and positions within the demo's budget, the ViTs' do not."""
+    loss: str = "clip"
+    """Contrastive loss of the base and every fine-tune: clip (softmax) or sigmoid (SigLIP's; the model becomes
+    its twin with a learned logit bias, lace-micro-rn-sigmoid-32 for the default)."""
+    softmax_run: str | None = None
+    """With loss sigmoid: the folder of a softmax demo run on the same world, whose figures the report puts
+    beside the sigmoid ones."""
     batch_size: int = 128
     """Pairs per contrastive batch."""
     base_steps: int = 800
@@ -99,6 +108,10 @@ class DemoConfig:
         check_variants(self.only_variants, "DemoConfig", "only_variants")
         if self.jobs < 0:
             raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
+        if self.loss not in DEMO_LOSSES:
+            raise input_error("DemoConfig", "loss", f"one of {DEMO_LOSSES}", self.loss)
+        if self.loss == "sigmoid":
+            self.model = SIGMOID_TWINS.get(self.model, self.model)
 
     @property
     def workers(self) -> int:

@@ -52,7 +52,8 @@ from lace.experiment.variants import (
 from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
-from lace.io import atomic_write_json
+from lace.errors import LaceInputError
+from lace.io import atomic_write_json, read_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
 IMAGES_PER_WORLD_WORKER = 2000
@@ -103,7 +104,8 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     key = world_key(world)
     runner.run("world", key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
-    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
+    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed,
+                         *(() if config.loss == "clip" else (config.loss,)))  # the default demo keeps its keys
     base_path = out / "models" / "base.pt"
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
@@ -142,6 +144,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     runner = StageRunner(out, log)
+    softmax = softmax_run_figures(config) if config.softmax_run else None  # read first: a bad folder fails now
     pixel_encoder = load_encoder(config.model)  # only its preprocess is used: the same for every checkpoint
     decoded = {} if decoded is None else decoded
 
@@ -224,6 +227,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         "wise_ft": wise_ft,
         "evaluations": evaluations,
         "calibration_targets": CLIP_SUGARCREPE,
+        **({"softmax_run": softmax} if softmax is not None else {}),
         "wall_seconds": dict(runner.wall_times),
         "cpu_seconds": dict(runner.cpu_times),
         "reused": dict(runner.reused),
@@ -281,6 +285,20 @@ def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
     return keys
 
 
+def softmax_run_figures(config: DemoConfig) -> dict:
+    """What the report of a sigmoid demo puts beside its own figures: the softmax run's evaluations and zero-shot
+    figures, read from its results.json, and whether it ran on the same world."""
+    path = Path(config.softmax_run) / "results.json"
+    summary = read_json(path)
+    if not isinstance(summary, dict) or "evaluations" not in summary:
+        raise LaceInputError(f"{path}: field 'evaluations': expected the results.json of a finished demo run "
+                             "(--softmax-run)")
+    return {"path": str(path), "loss": summary.get("config", {}).get("loss", "clip"),
+            "model": summary.get("config", {}).get("model"), "seed": summary.get("config", {}).get("seed"),
+            "same_world": summary.get("world") == config_to_dict(world_config(config)),
+            "evaluations": summary["evaluations"], "zeroshot": summary.get("zeroshot", {})}
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
@@ -292,7 +310,7 @@ def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
 
 
 def _train_config(config: DemoConfig, out: Path, name: str, **switches) -> TrainConfig:
-    return TrainConfig(model=config.model, output=str(out / "runs" / name), overwrite=True,
+    return TrainConfig(model=config.model, output=str(out / "runs" / name), overwrite=True, loss=config.loss,
                        batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
                        warmup_steps=min(50, max(1, config.finetune_steps // 10)), **switches)
 
