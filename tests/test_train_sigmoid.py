@@ -173,3 +173,14 @@ def test_a_full_size_siglip_whose_tokenizer_is_not_here_says_what_is_missing(mon
     assert "local-dir:<folder>" in message and "HF_HOME" in message
     with pytest.raises(LaceInputError, match="hf-siglip:<folder>"):
         load_encoder("hf-siglip:google/siglip-base-patch16-224")
+
+
+def test_pretrained_siglip_weights_that_are_not_here_say_so(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    # open_clip's tokenizer is built in for ViT-B-32, so the first network call is for the weights of the tag
+    with pytest.raises(LaceInputError, match="weights of pretrained tag 'openai'.*--pretrained <checkpoint file>"):
+        load_encoder("ViT-B-32", "openai")

@@ -171,13 +171,12 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
         # weights_only refuses a pickle that would build anything but tensors (it could run code)
         raise LaceInputError(f"{pretrained}: refused or unreadable checkpoint (--pretrained): expected a "
                              f"safetensors file or a state dict of tensors ({error})") from error
-    except RuntimeError as error:
-        if pretrained is None or not Path(pretrained).exists():
+    except (RuntimeError, OSError) as error:
+        if pretrained is None:
             raise
-        raise LaceInputError(f"{pretrained}: not a checkpoint of {model} (--pretrained): {error}") from error
-    except OSError as error:  # a pretrained tag whose weights are neither cached nor downloadable
-        if pretrained is None or Path(pretrained).exists():
-            raise
+        if Path(pretrained).exists():
+            raise LaceInputError(f"{pretrained}: not a checkpoint of {model} (--pretrained): {error}") from error
+        # a pretrained tag whose weights are neither in the Hugging Face cache nor downloadable
         raise LaceInputError(
             f"{model}: the weights of pretrained tag {pretrained!r} are not in the Hugging Face cache and could not "
             f"be downloaded ({type(error).__name__}); download them where there is a network and copy the cache "
