@@ -25,7 +25,7 @@ def write_tiny_siglip(folder: Path, seed: int = 0) -> Path:
     layers = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
     config = transformers.SiglipConfig(
         text_config={**layers, "vocab_size": len(vocab), "max_position_embeddings": 16, "pad_token_id": 0,
-                     "eos_token_id": 1, "projection_size": 32},
+                     "bos_token_id": 1, "eos_token_id": 1, "projection_size": 32},
         vision_config={**layers, "image_size": 32, "patch_size": 8},
     )
     torch.manual_seed(seed)
@@ -34,4 +34,29 @@ def write_tiny_siglip(folder: Path, seed: int = 0) -> Path:
         model.logit_scale.fill_(torch.log(torch.tensor(10.0)))
         model.logit_bias.fill_(-10.0)
     model.save_pretrained(folder)
+    return folder
+
+
+def write_local_open_clip_siglip(folder: Path, seed: int = 0) -> Path:
+    """An open_clip `local-dir:` folder of a tiny SigLIP-style model: `open_clip_config.json` (a custom text
+    tower without causal mask pooling the last token, `init_logit_bias`, a Hugging Face tokenizer), the
+    weights, and the tokenizer files of `write_tiny_siglip`, which open_clip then reads from the folder."""
+    import json
+
+    import open_clip
+    from safetensors.torch import save_file
+
+    write_tiny_siglip(folder, seed)
+    for name in ("model.safetensors", "config.json"):
+        (folder / name).unlink()
+    model_cfg = {"embed_dim": 32, "init_logit_bias": -10, "custom_text": True,
+                 "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "head_width": 16, "patch_size": 8},
+                 "text_cfg": {"context_length": 16, "vocab_size": 3 + len(WORDS), "width": 32, "heads": 2,
+                              "layers": 2, "hf_tokenizer_name": "lace-tests/tiny-siglip", "no_causal_mask": True,
+                              "proj_bias": True, "pool_type": "last"}}
+    (folder / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": model_cfg, "preprocess_cfg": {"mean": [0.5] * 3, "std": [0.5] * 3}}))
+    torch.manual_seed(seed)
+    model = open_clip.model.CustomTextCLIP(**{k: v for k, v in model_cfg.items() if k != "custom_text"})
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "open_clip_model.safetensors"))
     return folder

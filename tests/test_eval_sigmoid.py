@@ -20,7 +20,7 @@ def test_zeroshot_retrieval_and_benchmarks_of_a_sigmoid_model_do_not_see_its_bia
     torch.save(state, tmp_path / "initial.pt")
     shifted = dict(state, logit_bias=torch.tensor(3.0), logit_scale=torch.tensor(1.0))
     torch.save(shifted, tmp_path / "shifted.pt")
-    assert float(load_encoder("lace-micro-sigmoid-32", str(tmp_path / "shifted.pt")).logit_bias) == 3.0
+    assert load_encoder("lace-micro-sigmoid-32", str(tmp_path / "shifted.pt")).logit_bias.item() == 3.0
     results = {}
     for name in ("initial", "shifted"):
         out = tmp_path / f"{name}.json"

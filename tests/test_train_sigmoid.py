@@ -19,7 +19,7 @@ from lace.io import read_json
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
 from tests.conftest import make_images
-from tests.siglip_support import write_tiny_siglip
+from tests.siglip_support import write_local_open_clip_siglip, write_tiny_siglip
 
 WORLD_VOCABULARY = str(Path(__file__).resolve().parents[1] / "src/lace/data/world/vocabulary.yaml")
 COLOURS = ["red", "green", "blue", "yellow"]
@@ -184,3 +184,19 @@ def test_pretrained_siglip_weights_that_are_not_here_say_so(monkeypatch, tmp_pat
     # open_clip's tokenizer is built in for ViT-B-32, so the first network call is for the weights of the tag
     with pytest.raises(LaceInputError, match="weights of pretrained tag 'openai'.*--pretrained <checkpoint file>"):
         load_encoder("ViT-B-32", "openai")
+
+
+def test_an_open_clip_siglip_in_a_local_folder_reads_its_tokenizer_there(pairs_csv, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the folder must be enough
+    folder = write_local_open_clip_siglip(tmp_path / "local")
+    model = f"local-dir:{folder}"
+    encoder = load_encoder(model)
+    assert type(encoder._tokenizer.tokenizer).__name__ == "HFTokenizer"
+    tokens = encoder.tokenize(["a red square", "a blue circle left of a star"])
+    assert tokens.shape == (2, 16) and tokens[0, :4].tolist() == [3, 6, 14, 1]  # padded to the context, </s> added
+    assert encoder.logit_bias.item() == -10.0
+    assert main(["train", "--model", model, "--data", str(pairs_csv), "--out", str(tmp_path / "run"), "--steps", "2",
+                 "--batch-size", "8", "--lr", "1e-3", "--device", "cpu", "--no-progress", "--log-every", "1"]) == 0
+    assert read_json(tmp_path / "run" / "config.json")["loss"] == "sigmoid"
