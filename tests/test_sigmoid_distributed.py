@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from safetensors.torch import load_file

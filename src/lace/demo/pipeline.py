@@ -38,6 +38,7 @@ from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import EditConfig, build_editor
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
 from lace.experiment.parallel import Stage, run_stages
 from lace.experiment.stages import StageRunner, stage_key
@@ -52,7 +53,6 @@ from lace.experiment.variants import (
 from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
-from lace.errors import LaceInputError
 from lace.io import atomic_write_json, read_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 

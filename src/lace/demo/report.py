@@ -176,8 +176,8 @@ def add_loss_comparison(report: Report, summary: dict) -> None:
     other = summary["softmax_run"]
     report.heading("Sigmoid loss beside softmax")
     if not other["same_world"]:
-        report.bullets([f"{other['path']}: made on another world than this run; its figures are not comparable "
-                        "and are left out"])
+        report.bullets([(f"{other['path']}: made on another world than this run; its figures are not "
+                         "comparable and are left out")])
         return
     report.paragraph(
         f"This run trained {summary['config']['model']} with SigLIP's sigmoid loss (a learned logit bias; "
