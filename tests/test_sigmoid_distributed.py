@@ -50,7 +50,10 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
                          vocabulary=WORLD_VOCABULARY, caption_negatives=True, grad_accumulation=2,
                          counterfactual_weight=0.5)
     plan = tmp_path / "configs.json"
-    plan.write_text(json.dumps([config_to_dict(config)]))
+    # and the softmax loss on the same model: its unused bias is frozen, or data-parallel training would wait for
+    # a gradient that never comes
+    softmax = replace(config, loss="clip", output=str(tmp_path / "softmax-two"))
+    plan.write_text(json.dumps([config_to_dict(config), config_to_dict(softmax)]))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
                            "127.0.0.1", "--master_port", str(free_port()), str(ROOT / "tests/robustness/distributed_runs.py"),
                            str(plan)], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
@@ -64,6 +67,10 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
     metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert all(m["caption_negatives_valid_rows"] > 0 and m["image_negatives_valid_rows"] > 0 for m in metrics)
     assert abs(float(two["model.logit_bias"]) + 10.0) > 100 * TOLERANCE  # the bias trained, and agrees
+    softmax_two = load_file(str(latest_checkpoint(tmp_path / "softmax-two").with_suffix(".safetensors")))
+    softmax_one = one_process(softmax, monkeypatch, output=str(tmp_path / "softmax-one"))
+    assert largest_difference(softmax_two, softmax_one) <= TOLERANCE
+    assert float(softmax_two["model.logit_bias"]) == -10.0
     # the check can fail: a doubled gradient (summed, not averaged, over the processes) is under plain SGD a
     # doubled learning rate, and moves the weights far beyond the tolerance
     doubled = one_process(config, monkeypatch, lr=2 * config.lr, output=str(tmp_path / "doubled"))

@@ -147,6 +147,7 @@ def test_loss_clip_on_a_bias_model_warns_and_leaves_the_bias(pairs_csv, tmp_path
     assert read_json(tmp_path / "clip" / "config.json")["loss"] == "clip"
     metrics = [json.loads(line) for line in (tmp_path / "clip" / "metrics.jsonl").read_text().splitlines()]
     assert [m["logit_bias"] for m in metrics] == [-10.0, -10.0]
+    assert "model.logit_bias" in load_file(str(latest_checkpoint(tmp_path / "clip").with_suffix(".safetensors")))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="lace.train.loss_choice"):
         assert main(["train", "--model", "lace-micro-32", "--data", str(pairs_csv), "--out", str(tmp_path / "plain"),

@@ -4,8 +4,8 @@ Models with a learned logit bias (open_clip configs with `init_logit_bias`: the 
 family, `lace-micro-sigmoid-32`; Hugging Face `SiglipModel`) were trained with the sigmoid loss and
 train with it by default; every other model trains with the softmax CLIP loss. `TrainConfig.loss`
 overrides the choice: `clip` on a model with a bias trains it as CLIP would and leaves the bias unused
-(it gets no gradient, and zero-shot probabilities read from it go stale); `sigmoid` on a model without
-one is refused, since there is no bias to learn or export.
+(frozen: it would get no gradient, which data-parallel training refuses; probabilities read from it go
+stale); `sigmoid` on a model without one is refused, since there is no bias to learn or export.
 """
 
 from __future__ import annotations
@@ -25,23 +25,27 @@ logger = logging.getLogger(__name__)
 
 def choose_loss(config: TrainConfig, encoder: DualEncoder, log: bool = True) -> TrainConfig:
     """`config` with `loss` resolved from `auto` to `clip` or `sigmoid` for `encoder` (what the run's
-    config.json then records); logs the choice, and warns when `clip` leaves a logit bias unused."""
+    config.json then records); logs the choice, and warns when `clip` leaves a logit bias unused, which it
+    then freezes (`requires_grad` off: no optimiser state, and nothing for data-parallel training to wait for)."""
     has_bias = encoder.logit_bias is not None
     loss = config.loss
+    if loss == "sigmoid" and not has_bias:
+        raise LaceInputError(
+            f"train config: field 'loss': sigmoid needs a model with a logit bias (an open_clip config with "
+            f"init_logit_bias such as ViT-B-16-SigLIP2 or lace-micro-sigmoid-32, or hf-siglip:<folder>); "
+            f"{config.model} has none: use --loss clip")
     if loss == "auto":
         loss = "sigmoid" if has_bias else "clip"
         if has_bias and log:
             logger.warning("train: %s has a logit bias (a SigLIP-style model): training with the sigmoid loss "
                            "(--loss clip for the softmax CLIP loss)", config.model)
-    elif loss == "clip" and has_bias and log:
-        logger.warning("train: --loss clip on %s, a model with a logit bias: the softmax loss does not use the "
-                       "bias, which stays at %.3f untrained (sigmoid probabilities read from it will not match the "
-                       "fine-tuned logits)", config.model, float(encoder.logit_bias.detach().float().reshape(-1)[0]))
-    elif loss == "sigmoid" and not has_bias:
-        raise LaceInputError(
-            f"train config: field 'loss': sigmoid needs a model with a logit bias (an open_clip config with "
-            f"init_logit_bias such as ViT-B-16-SigLIP2 or lace-micro-sigmoid-32, or hf-siglip:<folder>); "
-            f"{config.model} has none: use --loss clip")
+    elif loss == "clip" and has_bias:
+        encoder.logit_bias.requires_grad_(False)
+        if log:
+            logger.warning("train: --loss clip on %s, a model with a logit bias: the softmax loss does not use "
+                           "the bias, which stays at %.3f untrained (sigmoid probabilities read from it will not "
+                           "match the fine-tuned logits)", config.model,
+                           float(encoder.logit_bias.detach().float().reshape(-1)[0]))
     return replace(config, loss=loss)
 
 
