@@ -10,7 +10,7 @@ Parts of the LACE step are timed on their own: sparse coding + edits (both sides
 the extra logits (LACE loss minus CLIP loss, forward). Median over repeats.
 A third setting times LACE-local the way `lace train` runs it: the demo's lace-micro-rn-32 at
 batch 128 on drawn world scenes, plain against plain + M local image negatives at layer L
-(`fit_training_editor`, `LocalImagePass`), interleaved with its floor: the same step with M unedited
+(`build_local_editor`, `LocalImagePass`), interleaved with its floor: the same step with M unedited
 copies of each map in place of the edited ones (what the extra upper-layer maps cost without any editing).
 Last line: one JSON object.
 
@@ -35,10 +35,11 @@ from lace.concepts.vocabulary import load_vocabulary
 from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.edits import CounterfactualEditor
 from lace.encoders import load_encoder
+from lace.local import LocalEditConfig, build_local_editor
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
 from lace.train.config import TrainConfig
-from lace.train.local_arm import LocalImagePass, fit_training_editor
+from lace.train.local_arm import LocalImagePass
 from lace.train.optim import build_optimizer
 
 # world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
@@ -128,10 +129,11 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
     normalise = encoder.preprocess.transforms[-1]
     raw, captions, vocabulary = world_batch(fit_images + batch)
     pixels = normalise(raw)
-    config = TrainConfig(local_image_negatives=True, local_layer=layer, local_n_edits=n_edits, vocabulary="world")
+    config = TrainConfig(local_image_negatives=True, local=LocalEditConfig(layer=layer, n_edits=n_edits),
+                         vocabulary="world")
     started = time.perf_counter()
-    editor = fit_training_editor(config, encoder.model, pixels[:fit_images], [[c] for c in captions[:fit_images]],
-                                 normalise, vocabulary)
+    editor = build_local_editor(config.local, encoder.model, pixels[:fit_images],
+                                [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.seed)
     fit_seconds = time.perf_counter() - started
     pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
     optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)

@@ -56,7 +56,7 @@ def test_unknown_yaml_field_names_file_and_field(tmp_path):
 def test_nested_edit_config_from_flags_and_yaml(tmp_path):
 
     from lace.edits import EditConfig
-    from lace.train.config import DEFAULT_EDIT_KINDS, TrainConfig
+    from lace.train.config import TrainConfig
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, TrainConfig)
@@ -66,7 +66,8 @@ def test_nested_edit_config_from_flags_and_yaml(tmp_path):
         assert f"--edit-{knob}" in help_text
     args = parser.parse_args(["--edit-strength", "2", "--no-edit-effect-check", "--steps", "3"])
     config = config_from_args(TrainConfig, args)
-    assert config.steps == 3 and config.edit == EditConfig(kinds=DEFAULT_EDIT_KINDS, strength=2.0, effect_check=False)
+    assert config.steps == 3 and config.edit == EditConfig(strength=2.0, effect_check=False)
+    assert config.edit.kinds == ("attenuate", "swap", "transplant")  # one default for the kinds: rebind opt-in
     path = tmp_path / "train.yaml"
     path.write_text("edit: {strength: 3.0, kinds: [swap, rebind]}\nsteps: 5\n")
     config = config_from_args(TrainConfig, parser.parse_args(["--edit-gamma", "0.5"]), yaml_path=path)

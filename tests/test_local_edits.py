@@ -228,7 +228,7 @@ def test_training_pass_of_the_editor_is_the_plain_pass_for_the_originals(resnet)
                               reader=PositionConceptReader(steps=30))
     generator = torch.Generator().manual_seed(6)
 
-    def large_steps(features, grid, n_edits, objects):  # whatever edits the tiny random tower finds
+    def large_steps(features, grid, n_edits, objects, row_generator=None):  # whatever edits the tiny random tower finds
         steps = 3 * torch.randn(*features.shape[:1], n_edits, *features.shape[1:], generator=generator)
         return steps, torch.ones(features.shape[0], n_edits, dtype=torch.bool), ["swap"] * n_edits
 

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from lace.cli import main
-from lace.edits.row_random import normal
 from lace.errors import LaceInputError
 from lace.io import read_json
+from lace.row_random import normal
 from lace.train import TensorPairs, TrainConfig, export_run, train
 from lace.train.checkpoints import complete_checkpoints, latest_checkpoint
 from tests.conftest import make_images

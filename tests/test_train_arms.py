@@ -14,7 +14,9 @@ from lace.data.world import render_scene
 from lace.data.world.counterfactuals import colour_swapped, read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.edits import EditConfig
+from lace.edits.records import EDIT_KINDS
 from lace.experiment.variants import VARIANTS, variant_config
+from lace.local import LocalEditConfig
 from lace.train import TrainConfig, train
 from lace.train.negatives import paired_caption_directions
 from tests.conftest import tiny_world
@@ -32,7 +34,7 @@ def _differences(config, other) -> set[str]:
 
 @pytest.mark.parametrize("name", [name for name in VARIANTS if name != "plain"])
 def test_each_arm_changes_only_its_own_switches(name):
-    plain = variant_config(TrainConfig(vocabulary="world", edit=EditConfig()), "plain")  # the demo's editor
+    plain = variant_config(TrainConfig(vocabulary="world", edit=EditConfig(kinds=EDIT_KINDS)), "plain")  # the demo's editor
     changed = _differences(variant_config(plain, name), plain)
     assert changed and changed == set(VARIANTS[name])
 
@@ -89,8 +91,8 @@ def _local_config(world, tmp_path) -> TrainConfig:
     return variant_config(TrainConfig(
         model="lace-micro-32", data=str(world / "karpathy_coco.json"), output=str(tmp_path / "one"), steps=3,
         batch_size=8, lr=1e-3, warmup_steps=1, checkpoint_every=0, log_every=1, device="cpu",
-        vocabulary=str(world / "vocabulary.yaml"), local_layer="block1", local_locate_layer="block0",
-        local_fit_images=24), "LACE-local")
+        vocabulary=str(world / "vocabulary.yaml"), local=LocalEditConfig(layer="block1", locate_layer="block0",
+                                                            fit_images=24)), "LACE-local")
 
 
 def test_local_arm_one_process_and_two_processes_agree(world, tmp_path):

@@ -125,7 +125,8 @@ def add_config_arguments(
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
     Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
-    example `{"output": ("--out", "--output")}`), so commands can share flag names.
+    example `{"output": ("--out", "--output")}`, or `{"edit.n_edits": ("--edit-n-edits", "--n-edits")}` for a
+    nested field), so commands can share flag names and keep the names of fields that moved into a nested config.
     A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
     their defaults read from the field's default (`defaults`, for the nested call).
     """
@@ -140,7 +141,9 @@ def add_config_arguments(
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
         nested = _nested(annotation)
         if nested is not None:
-            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default)
+            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default,
+                                 flags={key[len(field.name) + 1:]: names for key, names in flags.items()
+                                        if key.startswith(f"{field.name}.")})
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name

@@ -16,7 +16,7 @@ from lace.config import config_from_dict
 from lace.train import TrainConfig, train
 
 
-def plain_sgd(encoder, lr, weight_decay, betas, eps) -> torch.optim.Optimizer:
+def plain_sgd(encoder, lr, weight_decay, betas, eps, scaled=frozenset(), lr_scale=1.0) -> torch.optim.Optimizer:
     """Stands in for `build_optimizer`: the step is lr times the gradient, nothing rescales it."""
     return torch.optim.SGD([p for p in encoder.parameters() if p.requires_grad], lr=lr)
 

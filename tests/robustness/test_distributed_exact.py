@@ -90,7 +90,7 @@ def test_a_rows_edits_do_not_depend_on_the_rows_beside_it():
     from lace.concepts.labelled import LabelledDictionary
     from lace.concepts.labelling import label_atoms
     from lace.edits import EditConfig, build_editor
-    from lace.edits.row_random import RowGenerators
+    from lace.row_random import RowGenerators
 
     captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
     dictionary, directions, _, texts = vocabulary_dictionary(3, captions, 16)

@@ -9,6 +9,9 @@ from lace.commands.common import add_progress_argument
 from lace.config import add_config_arguments, config_from_args
 from lace.train import TrainConfig, train
 
+# `--n-edits` named TrainConfig.n_edits before M moved into the editor's config
+TRAIN_FLAGS = {"output": ("--out", "--output"), "edit.n_edits": ("--edit-n-edits", "--n-edits")}
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -23,7 +26,7 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields (flags override it)")
-    add_config_arguments(parser, TrainConfig, flags={"output": ("--out", "--output")})
+    add_config_arguments(parser, TrainConfig, flags=TRAIN_FLAGS)
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from lace.edits.config import EditConfig
+from lace.edits.records import EDIT_KINDS
 from lace.errors import input_error
 from lace.experiment.variants import check_variants
 
@@ -91,7 +92,7 @@ class DemoConfig:
     """Counterfactual edits M per embedding and side."""
     counterfactual_weight: float = 1.0
     """Weight of the counterfactual part of the LACE loss."""
-    edit: EditConfig = field(default_factory=EditConfig)
+    edit: EditConfig = field(default_factory=lambda: EditConfig(kinds=EDIT_KINDS))
     """The editor of LACE fine-tuning (METHOD.md's three kinds plus rebind) and of edit retrieval."""
     local_layer: str = "layer1"
     """Image-tower layer of LACE-local's edits (chosen on the validation split)."""

@@ -36,6 +36,7 @@ from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import EditConfig, build_editor
+from lace.edits.records import EDIT_KINDS
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
@@ -54,6 +55,7 @@ from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json, read_json
+from lace.local import LocalEditConfig
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
 IMAGES_PER_WORLD_WORKER = 2000
@@ -171,7 +173,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
     # keys include the dictionary's.
-    editor = build_editor(labelled, EditConfig())
+    editor = build_editor(labelled, EditConfig(kinds=EDIT_KINDS))
     # every model is one architecture: each evaluation image is decoded once for all, here, before the
     # fine-tunes' evaluations are forked off
     eval_pixels: dict = {}
@@ -336,9 +338,10 @@ def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, o
     """One fine-tune; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
     train_config = variant_config(_train_config(
         config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
-        lr=config.finetune_lr, seed=seed, vocabulary=vocabulary, n_edits=config.n_edits,
+        lr=config.finetune_lr, seed=seed, vocabulary=vocabulary,
         counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
-        edit=config.edit, local_layer=config.local_layer, local_n_edits=config.local_n_edits,
+        edit=replace(config.edit, n_edits=config.n_edits),
+        local=LocalEditConfig(layer=config.local_layer, n_edits=config.local_n_edits),
     ), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,

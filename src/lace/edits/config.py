@@ -13,14 +13,19 @@ from lace.edits.records import EDIT_KINDS
 from lace.errors import input_error
 
 TARGET_MODES = ("random", "hard")
+# rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
+METHOD_EDIT_KINDS = ("attenuate", "swap", "transplant")
 
 
 @dataclass(frozen=True)
 class EditConfig:
     """How counterfactual edits of sparse concept codes are chosen and checked."""
 
-    kinds: tuple[str, ...] = EDIT_KINDS
-    """Edit kinds to draw from: attenuate, swap, transplant, rebind (rebind needs a dictionary with bindings)."""
+    kinds: tuple[str, ...] = METHOD_EDIT_KINDS
+    """Edit kinds to draw from: attenuate, swap, transplant, and the opt-in rebind (which needs a dictionary with
+    bindings)."""
+    n_edits: int = 4
+    """M: counterfactual edits per embedding and side."""
     gamma: float = 0.0
     """Attenuate factor in [0, 1): the atoms of the attenuated concept are scaled by it."""
     strength: float = 1.0
@@ -44,6 +49,8 @@ class EditConfig:
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
         if not self.kinds or any(kind not in EDIT_KINDS for kind in self.kinds):
             raise input_error(where, "kinds", f"a non-empty subset of {EDIT_KINDS}", self.kinds)
+        if self.n_edits < 1:
+            raise input_error(where, "n_edits", "a positive integer", self.n_edits)
         if not 0.0 <= self.gamma < 1.0:
             raise input_error(where, "gamma", "a value in [0, 1)", self.gamma)
         if self.strength <= 0:

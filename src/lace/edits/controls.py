@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from lace.edits.kernels import ATTENUATE, REBIND, SWAP
-from lace.edits.row_random import Randomness, normal
+from lace.row_random import Randomness, normal
 
 CONTROLS = ("random", "concept_arithmetic")
 

@@ -37,9 +37,9 @@ from lace.edits.kernels import ATTENUATE, REBIND, SWAP
 from lace.edits.planner import EditPlan, EditPlanner
 from lace.edits.rebind import binding_margin
 from lace.edits.records import EDIT_KINDS, NO_EDIT, Counterfactuals, EditRecords
-from lace.edits.row_random import Randomness
 from lace.edits.spec import EditSpec, parse_edit, parse_pair
 from lace.errors import LaceInputError, input_error
+from lace.row_random import Randomness
 
 
 class CounterfactualEditor:

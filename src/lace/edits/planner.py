@@ -23,7 +23,7 @@ from lace.edits.config import EditConfig
 from lace.edits.kernels import ATTENUATE, CODE_KINDS, REBIND, SWAP, TRANSPLANT
 from lace.edits.rebind import RebindPlan, plan_rebind
 from lace.edits.records import EDIT_KINDS, NO_EDIT
-from lace.edits.row_random import Randomness, uniform
+from lace.row_random import Randomness, uniform
 
 
 @dataclass

@@ -26,6 +26,7 @@ from lace.local.reader import PositionConceptReader
 from lace.local.recolour import RecolourRegression
 from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport
+from lace.row_random import Randomness, uniform
 
 
 @dataclass
@@ -69,9 +70,12 @@ class LocalImageEditor:
         located, located_grid = region_features(clip, pixels, self.locate_layer)
         return resize_objects(find_objects(self.reader, located), located_grid, grid)
 
-    def steps(self, features: Tensor, grid: tuple[int, int], n_edits: int,
-              objects: FoundObjects) -> tuple[Tensor, Tensor, list[str]]:
-        """Region features (B, P, C) and their objects -> steps (B, M, P, C), valid (B, M), slot kinds."""
+    def steps(self, features: Tensor, grid: tuple[int, int], n_edits: int, objects: FoundObjects,
+              generator: Randomness = None) -> tuple[Tensor, Tensor, list[str]]:
+        """Region features (B, P, C) and their objects -> steps (B, M, P, C), valid (B, M), slot kinds.
+
+        generator: the draws of transplant targets (None: the editor's own generator; `RowGenerators`: one per row).
+        """
         steps, valid, kinds = [], [], []
         swap_step, swap_valid = binding_swap(self.transport, features, grid, objects)
         check = self.check_effect and self.locate_layer == self.layer
@@ -85,7 +89,7 @@ class LocalImageEditor:
         batch = features.shape[0]
         for slot in range(1, n_edits):
             which = torch.full((batch,), (slot - 1) % objects.concept.shape[1], dtype=torch.long)
-            new_concept = self._absent_concepts(objects)
+            new_concept = self._absent_concepts(objects, generator)
             step, ok = transplant(self.transport, features, grid, objects, which, new_concept)
             if check:
                 rows = torch.arange(batch)
@@ -96,13 +100,15 @@ class LocalImageEditor:
             kinds.append("transplant")
         return torch.stack(steps, dim=1), torch.stack(valid, dim=1), kinds
 
-    def _absent_concepts(self, objects: FoundObjects) -> Tensor:
+    def _absent_concepts(self, objects: FoundObjects, generator: Randomness = None) -> Tensor:
         """(B,) a random concept that no found object has."""
-        scores = torch.rand(objects.concept.shape[0], len(self.concept_names), generator=self.generator)
+        shape = (objects.concept.shape[0], len(self.concept_names))
+        scores = uniform(shape, generator if generator is not None else self.generator, torch.device("cpu"))
         scores.scatter_(1, objects.concept, -1.0)
         return scores.argmax(dim=1)
 
-    def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False) -> LocalNegatives:
+    def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False,
+                  generator: Randomness = None) -> LocalNegatives:
         """(B, 3, H, W) pixels -> `LocalNegatives`: (B, M) unit embeddings of the edits, M = n_edits, and the (B, d)
         unedited embeddings, all from one pass of the tower.
 
@@ -111,6 +117,8 @@ class LocalImageEditor:
         the unedited embeddings are the encoder's own (use them as U, so a training step runs the image
         tower once), and each edited map is normalised as its unedited map is.
         control: replace every step by the same-size random step at the same positions.
+        generator: the draws of transplant targets (None: the editor's own; `RowGenerators`: one per row, so a
+        row's edits do not depend on the rows it shares a batch with).
         """
         if n_edits < 1:
             raise ValueError(f"n_edits: expected >= 1, got {n_edits}")
@@ -118,7 +126,7 @@ class LocalImageEditor:
         features = split.lower(pixels)  # (B, n_prefix + P, C), with gradient
         regions = split.regions(features)
         objects = self.locate(clip, pixels, regions, split.grid)
-        steps, valid, kinds = self.steps(regions, split.grid, n_edits, objects)  # (B, M, P, C)
+        steps, valid, kinds = self.steps(regions, split.grid, n_edits, objects, generator)  # (B, M, P, C)
         if control:
             steps = random_control(steps, self.generator)
         if split.n_prefix:

@@ -25,6 +25,7 @@ from lace.local.edits import random_control
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
 from lace.local.transport import GaussianTransport
+from lace.row_random import Randomness
 
 CUT_LAYER = "cut"
 """The editor's name for the layer it edits: the cached maps' own."""
@@ -70,10 +71,11 @@ class MapEditor:
         self.editor.generator.manual_seed(seed)
 
     @torch.no_grad()
-    def edit(self, maps: Tensor, n_edits: int, control: bool = False) -> MapEdits:
+    def edit(self, maps: Tensor, n_edits: int, control: bool = False, generator: Randomness = None) -> MapEdits:
         """Edited copies of `maps` (B, C, H, W): `n_edits` slots each, no gradient (the maps are inputs).
 
         control: replace every step by a random step of the same size at the same positions.
+        generator: the draws of transplant targets (None: the editor's own; `RowGenerators`: one per row).
         """
         if n_edits < 1:
             raise ValueError(f"n_edits: expected >= 1, got {n_edits}")
@@ -81,7 +83,7 @@ class MapEditor:
             raise ValueError(f"maps: expected a {self.grid} grid, got {tuple(maps.shape[-2:])}")
         regions = regions_of(maps)  # (B, P, C)
         objects = find_objects(self.editor.reader, regions)
-        steps, valid, kinds = self.editor.steps(regions, self.grid, n_edits, objects)  # (B, M, P, C)
+        steps, valid, kinds = self.editor.steps(regions, self.grid, n_edits, objects, generator)  # (B, M, P, C)
         if control:
             steps = random_control(steps, self.editor.generator)
         edited = maps_of(regions[:, None] + steps, self.grid)

@@ -7,12 +7,10 @@ from dataclasses import dataclass, field
 from lace.edits.captions import KINDS as RULE_KINDS
 from lace.edits.config import EditConfig
 from lace.errors import input_error
+from lace.local.config import LocalEditConfig
 
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
-LOCAL_OPERATORS = ("recolour", "mean_shift")
-# rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
-DEFAULT_EDIT_KINDS = ("attenuate", "swap", "transplant")
 MISSING_IMAGE_POLICIES = ("skip", "error")
 LOSSES = ("auto", "clip", "sigmoid")
 
@@ -59,6 +57,9 @@ class TrainConfig(ArmSwitches):
     """Global batch size: pairs per contrastive loss, summed over all processes."""
     lr: float = 1e-5
     """Peak learning rate of AdamW (1e-5 suits fine-tuning a pretrained CLIP; ~1e-3 from scratch)."""
+    pretrained_lr_scale: float = 1.0
+    """Learning rate of the pretrained layers an encoder names (the tower tops of a `TowersTop`) as a fraction of
+    lr; its new heads and the logit scale take lr."""
     weight_decay: float = 0.1
     """AdamW weight decay; biases, norms, 1-d params and logit_scale get none (open_clip's rule)."""
     beta1: float = 0.9
@@ -105,29 +106,17 @@ class TrainConfig(ArmSwitches):
     rendered_negatives: bool = False
     """Ceiling (shapes world only): each training scene re-rendered with two objects' colours swapped,
     encoded by the image tower, is a text->image negative."""
-    local_layer: str = "layer1"
-    """Image-tower layer the local edits are made at (ResNet stem, layer1..layer4; ViT block<k>)."""
-    local_locate_layer: str = "layer1"
-    """Image-tower layer whose features find the objects to edit."""
-    local_text_layer: str = "block1"
-    """Text-tower layer of the caption-side swaps (block<k>: token states entering block k)."""
-    local_n_edits: int = 2
-    """Local image negatives per image: a binding swap, then transplants."""
-    local_operator: str = "recolour"
-    """How local edits move positions: recolour (regression learnt from recoloured training images; needs
-    colour names the shapes world's palette knows) or mean_shift (mean feature difference of two concepts)."""
-    local_fit_images: int = 2000
-    """Training images the local editor's reader and operator are fitted on."""
+    local: LocalEditConfig = field(default_factory=LocalEditConfig)
+    """LACE-local's knobs: where and how the image and caption towers are edited (`--local-<knob>`; `local:` in
+    YAML)."""
     counterfactual_source: str = "dictionary"
     """How counterfactuals are made: dictionary (sparse-code edits) or concept_arithmetic (ablation)."""
-    edit: EditConfig = field(default_factory=lambda: EditConfig(kinds=DEFAULT_EDIT_KINDS))
-    """The counterfactual editor's knobs (`--edit-<knob>`; `edit:` in YAML)."""
+    edit: EditConfig = field(default_factory=EditConfig)
+    """The counterfactual editor's knobs, M = `n_edits` among them (`--edit-<knob>`; `edit:` in YAML)."""
     rule_negative_kinds: tuple[str, ...] = RULE_KINDS
     """Rule-made caption negative kinds: swap_attributes, swap_objects, replace_attribute, replace_object, replace_relation."""
     rule_negatives_per_caption: int = 1
     """Rule-made negatives drawn per caption (each encoded by the text tower)."""
-    n_edits: int = 4
-    """M: counterfactual edits per embedding and side."""
     counterfactual_weight: float = 1.0
     """w in plain + w * (extended - plain); 1 is one softmax over batch and negatives (with the sigmoid
     loss: the weight of the negatives' own z = -1 terms)."""
@@ -158,9 +147,7 @@ class TrainConfig(ArmSwitches):
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
         where = "train config"
         positive = {"steps": self.steps, "batch_size": self.batch_size, "grad_accumulation": self.grad_accumulation,
-                    "log_every": self.log_every, "n_edits": self.n_edits,
-                    "rule_negatives_per_caption": self.rule_negatives_per_caption,
-                    "local_n_edits": self.local_n_edits, "local_fit_images": self.local_fit_images}
+                    "log_every": self.log_every, "rule_negatives_per_caption": self.rule_negatives_per_caption}
         for name, value in positive.items():
             if value < 1:
                 raise input_error(where, name, "a positive integer", value)
@@ -170,12 +157,12 @@ class TrainConfig(ArmSwitches):
             ("precision", self.precision, PRECISIONS),
             ("counterfactual_source", self.counterfactual_source, COUNTERFACTUAL_SOURCES),
             ("on_missing_image", self.on_missing_image, MISSING_IMAGE_POLICIES),
-            ("local_operator", self.local_operator, LOCAL_OPERATORS),
             ("loss", self.loss, LOSSES),
         ):
             if value not in allowed:
                 raise input_error(where, name, f"one of {allowed}", value)
         self.edit.validate(f"{where}: edit")
+        self.local.validate(f"{where}: local")
         for name, values, allowed in (("rule_negative_kinds", self.rule_negative_kinds, RULE_KINDS),):
             if not values or any(v not in allowed for v in values):
                 raise input_error(where, name, f"a non-empty subset of {allowed}", values)
@@ -183,8 +170,9 @@ class TrainConfig(ArmSwitches):
                      "num_workers"):
             if getattr(self, name) < 0:
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
-        if self.lr <= 0 or self.counterfactual_weight < 0:
-            raise input_error(where, "lr / counterfactual_weight", "lr > 0 and counterfactual_weight >= 0")
+        if self.lr <= 0 or self.counterfactual_weight < 0 or self.pretrained_lr_scale < 0:
+            raise input_error(where, "lr / counterfactual_weight / pretrained_lr_scale",
+                              "lr > 0, counterfactual_weight >= 0 and pretrained_lr_scale >= 0")
         for name in ("caption_negatives", "paired_caption_directions", "local_image_negatives", "local_caption_swaps"):
             if getattr(self, name) and self.vocabulary is None:
                 raise input_error(where, "vocabulary", f"a vocabulary file when {name} is on")

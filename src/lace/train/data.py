@@ -221,6 +221,58 @@ class FeaturePairs(Dataset):
                             image_rows.tolist(), negatives, valid)
 
 
+class TopPairs(Dataset):
+    """Cached inputs of trainable tower tops (`lace.encoders.towers.top`): the maps entering the image top and the
+    token states entering the text top, for training tops and heads without running the towers below the cut.
+
+    image_maps: (N_img, C, H, W) (float16 memory maps are read per batch); token_states: ragged cached token
+    states (`TokenStates`) holding these captions among others; caption_rows: (N_txt,) the rows of this
+    set's captions in `token_states`; caption_image_index: (N_txt,) the image of each caption.
+    negative_states and negative_of_caption (len(token_states),) int64: one rule-made negative per caption,
+    the negative of token-state row r being `negative_states` row `negative_of_caption[r]` (-1: none).
+    """
+
+    def __init__(self, image_maps: np.ndarray, token_states, caption_rows: np.ndarray, caption_image_index: np.ndarray,
+                 negative_states=None, negative_of_caption: np.ndarray | None = None):
+        caption_rows, caption_image_index = np.asarray(caption_rows), np.asarray(caption_image_index)
+        if image_maps.ndim != 4 or caption_rows.shape != caption_image_index.shape:
+            raise LaceInputError(
+                f"cached tower-top inputs: expected maps (N, C, H, W) and one image index per caption row, got maps "
+                f"{tuple(image_maps.shape)}, {caption_rows.shape[0]} caption rows and {caption_image_index.shape[0]} "
+                "image indices")
+        self.image_maps, self.token_states, self.caption_rows = image_maps, token_states, caption_rows
+        self.negative_states, self.negative_of_caption = negative_states, negative_of_caption
+        self.rows_of_image = caption_rows_by_image(caption_image_index, image_maps.shape[0])
+        if any(len(rows) == 0 for rows in self.rows_of_image):
+            raise LaceInputError("cached tower-top inputs: every image needs at least one caption")
+
+    def __len__(self) -> int:
+        return self.image_maps.shape[0]
+
+    @property
+    def n_captions(self) -> list[int]:
+        return [len(rows) for rows in self.rows_of_image]
+
+    def __getitem__(self, sample: Sample) -> tuple[int, int]:
+        return sample.index, int(self.caption_rows[self.rows_of_image[sample.index][sample.caption]])
+
+    def collate(self, samples: list[tuple[int, int]]) -> TopBatch:
+        """The cached maps (float32) and the token-state rows of a micro-batch's (image, caption) pairs."""
+        image_rows = [s[0] for s in samples]
+        maps = torch.from_numpy(np.asarray(self.image_maps[np.asarray(image_rows)], dtype=np.float32))
+        return TopBatch(maps, np.array([s[1] for s in samples], dtype=np.int64), image_rows)
+
+
+@dataclass
+class TopBatch:
+    """maps (B, C, H, W) float32; caption_rows (B,) token-state rows of the captions; indices: B image rows."""
+
+    maps: Tensor
+    caption_rows: np.ndarray
+    indices: list[int]
+    skipped: int = 0
+
+
 @dataclass
 class FeatureBatch:
     """image_features (B, F_img); text_features (B, F_txt); indices: B image rows;
@@ -244,9 +296,12 @@ class Batch:
     skipped: int
 
 
-def pair_keys(batch: Batch | FeatureBatch) -> tuple[Tensor, Tensor]:
+def pair_keys(batch: Batch | FeatureBatch | TopBatch) -> tuple[Tensor, Tensor]:
     """(B,) image keys and (B,) caption keys of a batch: equal keys mean the same image (dataset row)
-    or the same caption (its text, or for cached features the bytes of its feature row)."""
+    or the same caption (its text, for cached features the bytes of its feature row, for cached token
+    states its row)."""
+    if isinstance(batch, TopBatch):
+        return torch.tensor(batch.indices, dtype=torch.long), torch.from_numpy(batch.caption_rows)
     if isinstance(batch, FeatureBatch):
         captions = [row.numpy().tobytes() for row in batch.text_features.detach().cpu()]
     else:

@@ -5,9 +5,12 @@ each its own contrastive loss. Per micro-batch: encode images and captions (plus
 rule-made captions, in the same text pass), make the counterfactual negatives, gather
 the embeddings of all processes, and take the LACE loss of this process's rows.
 
-With `FeaturePairs` (cached tower features) and a `lace-towers` encoder passed in, a
-micro-batch skips the towers: the heads map the cached image and caption features (and the
-cached features of the rule-made captions) into the joint space, and the rest is the same.
+Three embed paths, one loss and one assembly of negatives (`train.negatives.arm_negatives`):
+- pixels and captions through the whole encoder (any `DualEncoder`);
+- `FeaturePairs` (cached pooled tower features) with a `lace-towers` encoder passed in: the heads map the
+  cached image and caption features (and those of the rule-made captions) into the joint space;
+- `TopPairs` (cached inputs of the tower tops) with a `TowersTop` passed in: the trainable tops and heads
+  run on the cached maps and token states; LACE-local edits the maps themselves (a `MapEditor`).
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
 from lace.edits.captions import RuleNegatives
-from lace.edits.row_random import RowGenerators
 from lace.encoders import DualEncoder, load_encoder
+from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
+from lace.local import build_local_editor
 from lace.losses import duplicate_pairs
+from lace.row_random import RowGenerators
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
 from lace.train.data import (
@@ -48,6 +53,8 @@ from lace.train.data import (
     ImagePairs,
     RankBatches,
     TensorPairs,
+    TopBatch,
+    TopPairs,
     TrainingOrder,
     collate,
     drop_missing_images,
@@ -59,16 +66,16 @@ from lace.train.editor import refresh_editor, run_editor
 from lace.train.interrupt import StopRequest, TrainingInterrupted
 from lace.train.local_arm import (
     LocalImagePass,
-    fit_training_editor,
     group_token_ids,
     local_caption_negatives,
+    map_negatives,
 )
-from lace.train.loss_choice import choose_loss, contrastive_losses
+from lace.train.loss_choice import choose_loss, contrastive_losses, logit_bias_of
 from lace.train.negatives import (
+    BatchSources,
     Negatives,
+    arm_negatives,
     check_editor_dimension,
-    counterfactual_negatives,
-    paired_caption_directions,
     rule_made_captions,
 )
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
@@ -104,7 +111,7 @@ def resolve_device(device: str) -> str:
 def train(
     config: TrainConfig,
     editor=None,
-    dataset: ImageTextDataset | TensorPairs | FeaturePairs | None = None,
+    dataset: ImageTextDataset | TensorPairs | FeaturePairs | TopPairs | None = None,
     progress: bool = True,
     on_batch: Callable[[int, list[int]], None] | None = None,
     local_editor=None,
@@ -116,16 +123,16 @@ def train(
     Args:
         editor: a `lace.edits.CounterfactualEditor` (default: built from `config.dictionary`
             and `config.vocabulary` when counterfactuals are on).
-        dataset: an `ImageTextDataset`, in-memory `TensorPairs`, cached tower `FeaturePairs`, or None
-            to read `config.data`.
+        dataset: an `ImageTextDataset`, in-memory `TensorPairs`, cached tower `FeaturePairs`, cached tower-top
+            inputs `TopPairs`, or None to read `config.data`.
         on_batch: called as `on_batch(micro_batch_number, dataset_indices)` for every
             micro-batch this process trains on (to record the data order).
         local_editor: the fitted local image editor of `local_image_negatives` (default: fitted on the
-            training images before the first step).
+            training images before the first step; with `TopPairs`, a `lace.local.maps.MapEditor` passed in).
         rendered: the ceiling arm's `RenderedNegatives`, one per training image (default: rendered from
             the shapes world that `config.data` lies in).
         encoder: the model to train in place (default: `load_encoder(config.model, config.pretrained)`);
-            `FeaturePairs` need a `lace-towers` encoder here.
+            `FeaturePairs` need a `lace-towers` encoder here, `TopPairs` a `TowersTop`.
     Runs distributed when started by torchrun (environment variables set).
     """
     config.validate()
@@ -157,10 +164,12 @@ class Trainer:
             encoder = load_encoder(config.model, config.pretrained, device="cpu")
         self.encoder = encoder.to(self.device)
         self.config = config = choose_loss(config, self.encoder, log=context.is_main)
+        self.logit_bias = logit_bias_of(self.encoder)
         self.pairs, self.skipped_images = self._training_pairs(dataset)
-        self.features = isinstance(self.pairs, FeaturePairs)
+        self.features = isinstance(self.pairs, (FeaturePairs, TopPairs))
+        self.tops = isinstance(self.pairs, TopPairs)
         if self.features:
-            self._check_feature_run()
+            self._check_feature_run(local_editor)
         self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
         self.total_steps = config.steps
         if config.epochs is not None:
@@ -177,13 +186,15 @@ class Trainer:
             self.local_editor = self._fit_local_editor()
         self.concept_token_ids = None
         if config.local_caption_swaps:
-            self.concept_token_ids = group_token_ids(self.encoder.tokenize, load_vocabulary(config.vocabulary))
+            self.concept_token_ids = group_token_ids(self.encoder.tokenize, load_vocabulary(config.vocabulary),
+                                                     config.local.group)
         self.rendered = rendered
         if config.rendered_negatives and rendered is None:
             self.rendered = self._render_negatives()
         self.bf16 = config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda")
-        self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay,
-                                         (config.beta1, config.beta2), config.eps)
+        pretrained = getattr(self.encoder, "pretrained_parameters", list)()
+        self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay, (config.beta1, config.beta2),
+                                         config.eps, frozenset(map(id, pretrained)), config.pretrained_lr_scale)
         self.model = self.encoder
         if context.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -213,25 +224,36 @@ class Trainer:
         barrier(self.context)
         return run_dir
 
-    def _check_feature_run(self) -> None:
-        """Refuse what a run over cached tower features cannot do."""
-        config, where = self.config, "train config (cached tower features)"
-        if not hasattr(self.encoder, "forward_features"):
-            raise LaceInputError(f"{where}: field 'model': expected a lace-towers encoder passed in, "
+    def _check_feature_run(self, local_editor) -> None:
+        """Refuse what a run over cached tower features or cached tower-top inputs cannot do."""
+        config = self.config
+        what, method = ("tower-top inputs", "encode_image_states") if self.tops else ("tower features",
+                                                                                       "forward_features")
+        where = f"train config (cached {what})"
+        if not hasattr(self.encoder, method):
+            expected = "a TowersTop" if self.tops else "a lace-towers encoder"
+            raise LaceInputError(f"{where}: field 'model': expected {expected} passed in, "
                                  f"got {type(self.encoder).__name__}")
         if self.context.enabled:
             raise LaceInputError(f"{where}: expected one process (got {self.context.world_size})")
-        if config.caption_negatives and self.pairs.negative_features is None:
-            raise LaceInputError(f"{where}: field 'caption_negatives': expected the cached features of the "
-                                 "rule-made captions in the FeaturePairs")
-        unsupported = [name for name in ("paired_caption_directions", "local_image_negatives",
-                                         "local_caption_swaps", "rendered_negatives") if getattr(config, name)]
+        negatives = self.pairs.negative_states if self.tops else self.pairs.negative_features
+        if config.uses_rule_captions and negatives is None:
+            raise LaceInputError(f"{where}: fields 'caption_negatives' / 'paired_caption_directions': expected the "
+                                 f"cached {'token states' if self.tops else 'features'} of the rule-made captions in "
+                                 f"the {type(self.pairs).__name__}")
+        if self.tops and config.local_image_negatives and local_editor is None:
+            raise LaceInputError(f"{where}: field 'local_image_negatives': expected a fitted lace.local.maps.MapEditor "
+                                 "passed in as local_editor (the maps' objects are found on the cached maps)")
+        below_cut = ["local_caption_swaps", "rendered_negatives"]
+        if not self.tops:
+            below_cut = ["paired_caption_directions", "local_image_negatives", *below_cut]
+        unsupported = [name for name in below_cut if getattr(config, name)]
         if unsupported:
             raise LaceInputError(f"{where}: fields {unsupported}: expected off (they need pixels or tokens)")
 
-    def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs | FeaturePairs, int]:
+    def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs | FeaturePairs | TopPairs, int]:
         config = self.config
-        if isinstance(dataset, (TensorPairs, FeaturePairs)):
+        if isinstance(dataset, (TensorPairs, FeaturePairs, TopPairs)):
             return dataset, 0
         if dataset is None:
             if config.data is None:
@@ -257,11 +279,11 @@ class Trainer:
         return pixels, [list(dataset.records[i].captions) for i in range(count)]
 
     def _fit_local_editor(self):
-        pixels, captions = self._fit_images(self.config.local_fit_images)
+        pixels, captions = self._fit_images(self.config.local.fit_images)
         normalise = self.encoder.preprocess.transforms[-1]
         with torch.random.fork_rng(devices=[]):  # fitting leaves the run's random stream as it was
-            return fit_training_editor(self.config, self.encoder.model, pixels.to(self.device), captions, normalise,
-                                       load_vocabulary(self.config.vocabulary))
+            return build_local_editor(self.config.local, self.encoder.model, pixels.to(self.device), captions,
+                                      normalise, load_vocabulary(self.config.vocabulary), seed=self.config.seed)
 
     def _render_negatives(self) -> RenderedNegatives:
         if isinstance(self.pairs, TensorPairs):
@@ -312,7 +334,9 @@ class Trainer:
 
     def _micro_step(self, batch, number: int) -> tuple[torch.Tensor, dict]:
         config = self.config
-        if isinstance(batch, FeatureBatch):
+        if isinstance(batch, TopBatch):
+            U, V, scale, negatives = self._embed_tops(batch, number)
+        elif isinstance(batch, FeatureBatch):
             U, V, scale, negatives = self._embed_features(batch, number)
         else:
             U, V, scale, negatives = self._embed_pixels(batch, number)
@@ -320,7 +344,7 @@ class Trainer:
         gallery_images, offset = gather_with_grad(U, self.context)
         gallery_texts, _ = gather_with_grad(V, self.context)
         false_negatives = self._false_negatives(batch, offset) if config.mask_duplicate_pairs else None
-        loss, plain = contrastive_losses(config.loss, U, V, scale, self.encoder.logit_bias, negatives,
+        loss, plain = contrastive_losses(config.loss, U, V, scale, self.logit_bias, negatives,
                                          config.counterfactual_weight, gallery_images=gallery_images,
                                          gallery_texts=gallery_texts, row_offset=offset,
                                          false_negatives=false_negatives)
@@ -360,65 +384,79 @@ class Trainer:
         tokens = self.encoder.tokenize(texts)
         local_pass = None
         if self.local_editor is not None:  # U and the local negatives come from one pass of the image tower
-            seeds = row_seeds(config.seed, [(epoch, index) for index in batch.indices], LOCAL_STREAM)
-            local_pass = LocalImagePass(self.local_editor, self.encoder.model, config.local_n_edits, seeds)
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        with autocast:
+            local_pass = LocalImagePass(self.local_editor, self.encoder.model, config.local.n_edits,
+                                        self._row_seeds(epoch, batch.indices, LOCAL_STREAM))
+        with self._autocast():
             U, all_texts, scale = self.model(batch.pixels.to(self.device, non_blocking=True),
                                              tokens.to(self.device, non_blocking=True), encode_images=local_pass)
         U, all_texts, scale = U.float(), all_texts.float(), scale.float()
         V = all_texts[:n]  # (B, d)
-        negatives = self._counterfactuals(U, V, epoch, batch.indices)
+        made = BatchSources()
         if rule_valid is not None:
             rule_texts = all_texts[n:].view(n, config.rule_negatives_per_caption, -1)  # (B, R, d)
-            if config.caption_negatives:
-                negatives.add_captions(rule_texts, rule_valid.to(self.device))
-            if config.paired_caption_directions:
-                negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid.to(self.device))
-        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            self._local_and_rendered(negatives, batch, tokens, local_pass)
-        return U, V, scale, negatives
+            made.rule_captions = (rule_texts, rule_valid.to(self.device))
+        if local_pass is not None:
+            made.local_images = (local_pass.negatives.float(), local_pass.valid)
+        with self._autocast():
+            if self.concept_token_ids is not None:
+                embeddings, valid = local_caption_negatives(self.encoder.model, tokens.to(self.device),
+                                                            self.concept_token_ids, config.local.text_layer)
+                made.local_captions = (embeddings.float(), valid.to(self.device))
+            if self.rendered is not None:
+                rendered, valid = self.rendered.batch(batch.indices)
+                embeddings = self.encoder.encode_images(rendered.to(self.device)).float()  # (B, d)
+                made.rendered_images = (embeddings[:, None], valid.to(self.device))
+        return U, V, scale, self._negatives(U, V, epoch, batch.indices, made)
 
     def _embed_features(self, batch: FeatureBatch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                                           Negatives]:
         """The heads over a micro-batch of cached tower features: U, V (B, d), the scale and the negatives."""
         U, V, scale = self.encoder.forward_features(batch.image_features.to(self.device),
                                                     batch.text_features.to(self.device))
-        negatives = self._counterfactuals(U, V, number // self.order.batches_per_epoch, batch.indices)
-        if self.config.caption_negatives:
-            made = self.encoder.head_text(batch.negative_features.to(self.device))  # (B, d)
-            negatives.add_captions(made.unsqueeze(1), batch.negative_valid.to(self.device).unsqueeze(1))
-        return U, V, scale, negatives
+        made = BatchSources()
+        if self.config.uses_rule_captions:
+            rule_texts = self.encoder.head_text(batch.negative_features.to(self.device))  # (B, d)
+            made.rule_captions = (rule_texts.unsqueeze(1), batch.negative_valid.to(self.device).unsqueeze(1))
+        return U, V, scale, self._negatives(U, V, number // self.order.batches_per_epoch, batch.indices, made)
 
-    def _counterfactuals(self, U: torch.Tensor, V: torch.Tensor, epoch: int, indices: list[int]) -> Negatives:
-        """The editor's counterfactual negatives of the rows (B,) `indices` of `epoch` (none without an editor).
+    def _embed_tops(self, batch: TopBatch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Negatives]:
+        """The trainable tops and heads over a micro-batch of cached maps and token states: U, V (B, d), the scale
+        and the negatives (rule-made captions from their cached token states, LACE-local on the maps)."""
+        config, pairs, top = self.config, self.pairs, self.encoder
+        epoch = number // self.order.batches_per_epoch
+        maps = batch.maps.to(self.device)
+        U = top.encode_image_states(maps)
+        V = encode_captions(top, pairs.token_states, batch.caption_rows)
+        made = BatchSources()
+        if config.uses_rule_captions:
+            rows = pairs.negative_of_caption[batch.caption_rows]
+            valid = torch.from_numpy(rows >= 0).to(self.device)
+            rule_texts = V.new_zeros(len(rows), top.embed_dim)
+            if valid.any():
+                rule_texts = rule_texts.index_put((valid,), encode_captions(top, pairs.negative_states, rows[rows >= 0]))
+            made.rule_captions = (rule_texts[:, None], valid[:, None])
+        if self.local_editor is not None:
+            made.local_images = map_negatives(top.encode_image_states, top.embed_dim, self.local_editor, maps,
+                                              config.local.n_edits, self._row_seeds(epoch, batch.indices, LOCAL_STREAM))
+        return U, V, top.logit_scale.exp(), self._negatives(U, V, epoch, batch.indices, made)
+
+    def _negatives(self, U: torch.Tensor, V: torch.Tensor, epoch: int, indices: list[int],
+                   made: BatchSources) -> Negatives:
+        """The arm's negatives of the rows (B,) `indices` of `epoch` (`arm_negatives`).
 
         Each row draws its edits from its own generator, seeded by (seed, epoch, image): a row gets the
         same edits whatever other rows share its batch, so W processes draw what one process draws.
         """
-        config = self.config
-        if self.editor is None:
-            return Negatives()
-        # CPU generators: tiny draws per row, one copy to the device; the same edits on any device
-        generators = RowGenerators(row_seeds(config.seed, [(epoch, index) for index in indices], EDIT_STREAM))
-        return counterfactual_negatives(self.editor, U, V, config.n_edits, config.counterfactual_captions,
-                                        config.counterfactual_images, config.counterfactual_source, generators)
+        generators = None
+        if self.editor is not None:  # CPU generators: tiny draws per row, one copy to the device
+            generators = RowGenerators(self._row_seeds(epoch, indices, EDIT_STREAM))
+        return arm_negatives(self.config, self.editor, U, V, generators, made)
 
-    def _local_and_rendered(self, negatives: Negatives, batch, tokens: torch.Tensor,
-                            local_pass: LocalImagePass | None) -> None:
-        """Add LACE-local's (made in the image pass, `local_pass`) and the ceiling arm's negatives of this
-        micro-batch to `negatives`."""
-        config, clip = self.config, self.encoder.model
-        if local_pass is not None:
-            negatives.add_images(local_pass.negatives.float(), local_pass.valid)
-        if self.concept_token_ids is not None:
-            embeddings, valid = local_caption_negatives(clip, tokens.to(self.device), self.concept_token_ids,
-                                                        config.local_text_layer)
-            negatives.add_captions(embeddings.float(), valid.to(self.device))
-        if self.rendered is not None:
-            rendered, valid = self.rendered.batch(batch.indices)
-            embeddings = self.encoder.encode_images(rendered.to(self.device)).float()  # (B, d)
-            negatives.add_images(embeddings[:, None], valid.to(self.device))
+    def _row_seeds(self, epoch: int, indices: list[int], stream: int) -> list[int]:
+        return row_seeds(self.config.seed, [(epoch, index) for index in indices], stream)
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -506,7 +544,7 @@ class Trainer:
             "plain_loss": totals[1] / count,
             "lr": lr,
             "logit_scale": float(self.encoder.logit_scale.exp().item()),
-            **({"logit_bias": float(self.encoder.logit_bias.item())} if self.encoder.logit_bias is not None else {}),
+            **({"logit_bias": float(self.logit_bias.item())} if self.logit_bias is not None else {}),
             "samples_per_second": samples / max(seconds, 1e-9),
             "caption_negatives_valid_rows": totals[2] / max(samples, 1),
             "image_negatives_valid_rows": totals[3] / max(samples, 1),

@@ -23,11 +23,18 @@ from lace.train.config import TrainConfig
 logger = logging.getLogger(__name__)
 
 
+def logit_bias_of(encoder: DualEncoder | torch.nn.Module) -> torch.nn.Parameter | None:
+    """The encoder's learned logit bias, or None (CLIP-style models, and trainable modules such as the tower
+    tops that are not `DualEncoder`s)."""
+    return getattr(encoder, "logit_bias", None)
+
+
 def choose_loss(config: TrainConfig, encoder: DualEncoder, log: bool = True) -> TrainConfig:
     """`config` with `loss` resolved from `auto` to `clip` or `sigmoid` for `encoder` (what the run's
     config.json then records); logs the choice, and warns when `clip` leaves a logit bias unused, which it
     then freezes (`requires_grad` off: no optimiser state, and nothing for data-parallel training to wait for)."""
-    has_bias = encoder.logit_bias is not None
+    bias = logit_bias_of(encoder)
+    has_bias = bias is not None
     loss = config.loss
     if loss == "sigmoid" and not has_bias:
         raise LaceInputError(
@@ -40,12 +47,12 @@ def choose_loss(config: TrainConfig, encoder: DualEncoder, log: bool = True) -> 
             logger.warning("train: %s has a logit bias (a SigLIP-style model): training with the sigmoid loss "
                            "(--loss clip for the softmax CLIP loss)", config.model)
     elif loss == "clip" and has_bias:
-        encoder.logit_bias.requires_grad_(False)
+        bias.requires_grad_(False)
         if log:
             logger.warning("train: --loss clip on %s, a model with a logit bias: the softmax loss does not use "
                            "the bias, which stays at %.3f untrained (sigmoid probabilities read from it will not "
                            "match the fine-tuned logits)", config.model,
-                           float(encoder.logit_bias.detach().float().reshape(-1)[0]))
+                           float(bias.detach().float().reshape(-1)[0]))
     return replace(config, loss=loss)
 
 

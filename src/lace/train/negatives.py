@@ -42,6 +42,49 @@ class Negatives:
             self.image_valid = torch.cat([self.image_valid, valid], dim=1)
 
 
+@dataclass
+class BatchSources:
+    """The negatives one micro-batch has made before the arm takes them: each a pair of (B, M, d) unit
+    embeddings and their (B, M) validity, or None where this embed path or arm makes none.
+
+    rule_captions: rule-made captions of each caption (as negatives, or moved onto images as paired
+    directions); local_images / local_captions: LACE-local's edits inside the towers; rendered_images: the
+    renderer's swapped scenes (the ceiling).
+    """
+
+    rule_captions: tuple[Tensor, Tensor] | None = None
+    local_images: tuple[Tensor, Tensor] | None = None
+    local_captions: tuple[Tensor, Tensor] | None = None
+    rendered_images: tuple[Tensor, Tensor] | None = None
+
+
+def arm_negatives(config, editor, U: Tensor, V: Tensor, generator, made: BatchSources) -> Negatives:
+    """Every extra negative the arm of `config` (a `TrainConfig`) takes for one micro-batch, on any embed path.
+
+    U, V: (B, d) unit embeddings with gradient; editor: the counterfactual editor (None when the arm has none);
+    generator: the editor's per-row draws. Columns come in one fixed order: the editor's counterfactuals, the
+    rule-made captions (image->text) and paired directions (text->image), LACE-local's image and caption edits,
+    then the rendered swaps.
+    """
+    negatives = Negatives()
+    if editor is not None:
+        negatives = counterfactual_negatives(editor, U, V, config.edit.n_edits, config.counterfactual_captions,
+                                             config.counterfactual_images, config.counterfactual_source, generator)
+    if made.rule_captions is not None:
+        rule_texts, rule_valid = made.rule_captions
+        if config.caption_negatives:
+            negatives.add_captions(rule_texts, rule_valid)
+        if config.paired_caption_directions:
+            negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid)
+    if made.local_images is not None:
+        negatives.add_images(*made.local_images)
+    if made.local_captions is not None:
+        negatives.add_captions(*made.local_captions)
+    if made.rendered_images is not None:
+        negatives.add_images(*made.rendered_images)
+    return negatives
+
+
 def dictionary_dim(editor) -> int | None:
     """Dimension of the atoms of the editor's dictionary, when it exposes one."""
     dictionary = getattr(editor, "dictionary", None)

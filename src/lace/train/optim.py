@@ -18,9 +18,13 @@ def excluded_from_weight_decay(name: str, parameter: torch.nn.Parameter) -> bool
 
 
 def build_optimizer(
-    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float
+    model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float,
+    scaled: frozenset[int] = frozenset(), lr_scale: float = 1.0,
 ) -> torch.optim.AdamW:
     """AdamW over the trainable parameters, no decay for those `excluded_from_weight_decay` picks.
+
+    scaled: ids of parameters whose learning rate is `lr_scale` x the schedule's (pretrained layers fine-tuned
+    beside new heads); each group records its `lr_scale`, which `set_lr` applies.
 
     PyTorch's fused kernel where the parameters live on a device that has one (CPU, CUDA): one pass
     over each tensor instead of the per-tensor loop PyTorch picks on CPU by default, about 3x
@@ -29,13 +33,18 @@ def build_optimizer(
     rounding (tests/test_train.py). Elsewhere, the foreach loop.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    no_decay = [p for n, p in named if excluded_from_weight_decay(n, p)]
-    decay = [p for n, p in named if not excluded_from_weight_decay(n, p)]
     fused = all(p.device.type in FUSED_DEVICES for _, p in named)
-    return torch.optim.AdamW(
-        [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}],
-        lr=lr, betas=betas, eps=eps, fused=fused or None, foreach=None if fused else True,
-    )
+    groups = []
+    for first, scale, members in ((True, 1.0, [(n, p) for n, p in named if id(p) not in scaled]),
+                                  (False, lr_scale, [(n, p) for n, p in named if id(p) in scaled])):
+        if not (first or members):  # runs without scaled layers keep the two groups they always had
+            continue
+        no_decay = [p for n, p in members if excluded_from_weight_decay(n, p)]
+        decay = [p for n, p in members if not excluded_from_weight_decay(n, p)]
+        groups += [{"params": no_decay, "weight_decay": 0.0, "lr_scale": scale},
+                   {"params": decay, "weight_decay": weight_decay, "lr_scale": scale}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None,
+                             foreach=None if fused else True)
 
 
 def cosine_lr(step: int, base_lr: float, warmup_steps: int, total_steps: int) -> float:
@@ -48,8 +57,9 @@ def cosine_lr(step: int, base_lr: float, warmup_steps: int, total_steps: int) ->
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Each group's learning rate: the schedule's `lr` times the group's `lr_scale` (1 where it has none)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 def clamp_logit_scale(logit_scale: torch.nn.Parameter) -> None:

@@ -114,6 +114,14 @@ class TowersTop(torch.nn.Module):
     def logit_scale(self) -> torch.nn.Parameter:
         return self.encoder.logit_scale
 
+    @property
+    def embed_dim(self) -> int:
+        return self.encoder.embed_dim
+
+    def pretrained_parameters(self) -> list[torch.nn.Parameter]:
+        """The trainable parameters that start pretrained (the top layers), which train at a scaled learning rate."""
+        return [p for p in [*self.image_top.parameters(), *self.text_top.parameters()] if p.requires_grad]
+
     def train(self, mode: bool = True) -> TowersTop:
         """The encoder decides which parts follow `mode` (its BatchNorm layers never do)."""
         self.training = mode
