@@ -1,4 +1,4 @@
-"""`measure_fidelity` (`python -m lace.experiment.fidelity_cli`) end to end on a tiny world, its pooled-embedding arms, and its
+"""`measure_fidelity` (`lace fidelity`) end to end on a tiny world, its pooled-embedding arms, and its
 refusal of a damaged world or a missing dictionary."""
 
 from __future__ import annotations
@@ -49,6 +49,27 @@ def test_fidelity_reports_each_layer_with_its_random_control(world):
     assert 0 < caption_swap["valid_share"] <= 1 and -1 <= caption_swap["direction_agreement"] <= 1
     text = fidelity_markdown(results)
     assert "| layer1 |" in text and "recolour_regression" in text and "| block0 |" in text
+
+
+def test_lace_fidelity_passes_its_flags_and_refuses_to_clobber(world, tmp_path, monkeypatch):
+    from lace.cli import main
+    from lace.experiment import fidelity
+
+    seen = []
+    monkeypatch.setattr(fidelity, "measure_fidelity", lambda encoder, config: seen.append(config) or {"image": {}})
+    monkeypatch.setattr(fidelity, "fidelity_markdown", lambda results: "table\n")
+    out = tmp_path / "fidelity"
+    flags = ["fidelity", "--world", str(world), "--out", str(out), "--layers", "stem,layer2", "--n-items", "7",
+             "--pooled", "lace", "--dictionary", "dict", "--renderer-masks", "--seed", "3"]
+    assert main(flags) == 0
+    (config,) = seen
+    assert (config.world, config.layers, config.n_items, config.pooled, config.dictionary) == (
+        str(world), ("stem", "layer2"), 7, ("lace",), "dict")
+    assert config.renderer_masks and config.seed == 3
+    assert json.loads((out / "fidelity.json").read_text()) == {"image": {}}
+    assert main(flags) == 2 and len(seen) == 1  # a written folder is kept without --overwrite
+    assert main([*flags, "--overwrite"]) == 0 and len(seen) == 2
+    assert main(["fidelity", "--out", str(tmp_path / "other")]) == 2
 
 
 def test_a_damaged_world_json_names_the_file(world, tmp_path):

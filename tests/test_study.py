@@ -13,6 +13,7 @@ from PIL import Image
 
 from lace.cli import main
 from lace.errors import LaceInputError
+from lace.experiment.dictionary import DictionaryConfig
 from lace.study import HeadsTraining, StudyConfig, run_flickr8k_study
 from lace.study.config import STUDY_VARIANTS as VARIANTS
 from lace.study.flickr8k import prepare_study_folder
@@ -71,7 +72,7 @@ def tiny_config(data, out, cache):
         base_grid=(heads, HeadsTraining(hidden_dim=0, dropout=0.0, embed_dim=16, lr=3e-3, epochs=3, batch_size=8,
                                         warmup_steps=1, grad_clip_norm=None)),
         finetune=HeadsTraining(epochs=1, lr=1e-3, batch_size=8, warmup_steps=1),
-        atoms=16, sparsity=3, dictionary_seconds=10, tau_align=0.3, rule_brittleness_captions=20, items_per_kind=8,
+        dictionary=DictionaryConfig(atoms=16, sparsity=3, max_seconds=10, tau_align=0.3, calibration="covariance", bindings=False), rule_brittleness_captions=20, items_per_kind=8,
         concepts_shown=3, transplants=(("grass", "snow"), ("dog", "horse")), strengths=(1.0, 4.0),
         image_batch_size=16, num_workers=0, progress=False, zeroshot_min_images=1,
     )

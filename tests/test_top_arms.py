@@ -14,28 +14,28 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
+from lace.distributed import DistributedContext
 from lace.encoders import load_encoder
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import TokenStates, encode_captions
 from lace.errors import LaceInputError
-from lace.experiment.variants import VARIANTS
+from lace.experiment.variants import VARIANTS, variant_config
 from lace.losses import lace_loss
-from lace.study.flickr8k_top_arms import TOP_ARMS
-from lace.study.top_negatives import (
-    RuleStates,
-    TopArm,
-    TopNegativeSources,
-    batch_negatives,
-    local_image_negatives,
-    top_arm,
-)
-from lace.study.top_training import TopSplit, TopTraining, train_top
+from lace.study.config import TOP_ARMS, HeadsTraining, TopsStudyConfig
+from lace.study.flickr8k_top_arms import arm_train_config, train_summary
+from lace.train import TrainConfig
+from lace.train.data import TopBatch, TopPairs
+from lace.train.local_arm import map_negatives
+from lace.train.loop import Trainer
 from tests.test_local_maps import coloured_maps, fit_coloured_editor
 
+ONE_PROCESS = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 CUT_GRID = (7, 7)
 CUT_CHANNELS = 192
-TINY = TopTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=1, batch_size=4, warmup_steps=1)
+TINY_HEADS = HeadsTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=1, batch_size=4, warmup_steps=1)
+TINY_FINETUNE = TrainConfig(lr=1e-3, pretrained_lr_scale=0.1, epochs=1.0, batch_size=4, warmup_steps=1,
+                            grad_clip_norm=None, precision="fp32", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -62,47 +62,55 @@ def token_states(n_captions: int, seed: int = 0) -> TokenStates:
     return TokenStates(generator.standard_normal((offsets[-1], 384)).astype(np.float16), offsets)
 
 
+def tiny_pairs(n_images: int = 8, negatives: bool = True) -> TopPairs:
+    """n_images cached maps with two captions each, and a rule-made negative for three of every four captions."""
+    maps = object_maps(n_images, seed=2).numpy().astype(np.float16)
+    owner = np.repeat(np.arange(n_images), 2)
+    if not negatives:
+        return TopPairs(maps, token_states(2 * n_images), np.arange(2 * n_images), owner)
+    return TopPairs(maps, token_states(2 * n_images), np.arange(2 * n_images), owner, token_states(4, seed=1),
+                    np.array([0, -1, 1, 2] * (n_images // 2)))
+
+
+def top_trainer(top: TowersTop, arm: str, tmp_path, pairs: TopPairs | None = None, **inputs) -> Trainer:
+    config = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", vocabulary="natural",
+                                                output=str(tmp_path / arm.replace(" ", "-")), checkpoint_every=0,
+                                                log_every=1), arm)
+    return Trainer(config, ONE_PROCESS, None, pairs or tiny_pairs(), False, None, encoder=top, **inputs)
+
+
 def image_top_grads(top: TowersTop) -> list[torch.Tensor | None]:
     return [top.image_top.stages[0][0].conv_pw.weight.grad, top.image_top.conv_head.weight.grad]
 
 
-# --- arms ---------------------------------------------------------------------------------------
+# --- arms: the rows of the variants table, refused where the cached inputs cannot serve them ----------------
 
 
-def test_every_top_arm_is_plain_with_only_its_variants_switches():
-    plain = top_arm("plain")
-    assert plain == TopArm()
+def test_every_top_arm_is_its_variant_row_on_the_study_finetune(tmp_path):
+    config = TopsStudyConfig(data="d", out="o", finetune=TINY_FINETUNE)
     for name in TOP_ARMS:
-        arm = top_arm(name)
-        for field in dataclasses.fields(TopArm):
-            expected = VARIANTS[name].get(field.name, getattr(plain, field.name))
-            assert getattr(arm, field.name) == expected, (name, field.name)
-        assert name == "plain" or arm != plain
+        made = arm_train_config(config, name, seed=1, n_images=3, output=tmp_path)
+        for field, value in VARIANTS[name].items():
+            assert getattr(made, field) == value if not isinstance(value, dict) else True, (name, field)
+        assert made.seed == 1 and made.batch_size == 3 and made.edit == config.edit and made.local == config.local
 
 
-@pytest.mark.parametrize("name", ["LACE-local + caption swaps", "ceiling (rendered swaps)"])
-def test_arms_that_need_pixels_or_tokens_below_the_cut_are_refused(name):
-    with pytest.raises(LaceInputError, match="below the cut") as refused:
-        top_arm(name)
-    assert repr(name) in str(refused.value)
+@pytest.mark.parametrize("name, field", [("LACE-local + caption swaps", "local_caption_swaps"),
+                                         ("ceiling (rendered swaps)", "rendered_negatives")])
+def test_arms_that_need_pixels_or_tokens_below_the_cut_are_refused(top, tmp_path, name, field):
+    with pytest.raises(LaceInputError, match="need pixels or tokens") as refused:
+        top_trainer(top, name, tmp_path, local_editor=object())
+    assert field in str(refused.value)
 
 
-@pytest.mark.parametrize("name, missing", [("caption negatives", "rule-made caption negatives"),
-                                           ("LACE", "a concept dictionary editor"),
-                                           ("LACE-local", "a local map editor")])
-def test_an_arm_without_its_source_is_refused_naming_both(name, missing):
-    sources = TopNegativeSources()
-    sources.check(top_arm("plain"), "plain")  # plain needs nothing
-    with pytest.raises(LaceInputError) as refused:
-        sources.check(top_arm(name), name)
-    assert name in str(refused.value) and missing in str(refused.value)
-
-
-def test_local_caption_negatives_arm_needs_both_sources_and_names_both(map_editor):
-    with pytest.raises(LaceInputError, match="rule-made caption negatives and a local map editor"):
-        TopNegativeSources().check(top_arm("LACE-local + caption negatives"), "LACE-local + caption negatives")
-    with pytest.raises(LaceInputError, match="rule-made caption negatives for this arm"):
-        TopNegativeSources(map_editor=map_editor).check(top_arm("LACE-local + caption negatives"), "x")
+def test_an_arm_without_its_source_is_refused_naming_it(top, tmp_path):
+    with pytest.raises(LaceInputError, match="token states of the rule-made captions"):
+        top_trainer(top, "caption negatives", tmp_path, tiny_pairs(negatives=False))
+    with pytest.raises(LaceInputError, match="MapEditor"):
+        top_trainer(top, "LACE-local", tmp_path)
+    with pytest.raises(LaceInputError, match="a TowersTop"):
+        Trainer(variant_config(dataclasses.replace(TINY_FINETUNE, output=str(tmp_path / "x")), "plain"),
+                ONE_PROCESS, None, tiny_pairs(), False, None, encoder=top.encoder)
 
 
 # --- negatives of one batch ----------------------------------------------------------------------
@@ -110,8 +118,7 @@ def test_local_caption_negatives_arm_needs_both_sources_and_names_both(map_edito
 
 def test_local_image_negatives_carry_gradient_into_the_image_top(top, map_editor):
     maps = object_maps(4)
-    map_editor.reseed(0)
-    negatives, valid = local_image_negatives(top, map_editor, maps, n_edits=2)
+    negatives, valid = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps, 2, [0, 1, 2, 3])
     assert negatives.shape == (4, 2, 8) and valid.shape == (4, 2) and valid[:, 0].all()
     torch.testing.assert_close(negatives[valid].norm(dim=-1), torch.ones(int(valid.sum())))
     top.zero_grad(set_to_none=True)
@@ -119,66 +126,61 @@ def test_local_image_negatives_carry_gradient_into_the_image_top(top, map_editor
     assert all(grad is not None and grad.abs().sum() > 0 for grad in image_top_grads(top))
     assert top.text_top.layers[-1].output.dense.weight.grad is None
     top.zero_grad(set_to_none=True)
+    again, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps[1:], 2, [1, 2, 3])
+    torch.testing.assert_close(again, negatives[1:].detach())  # a row's edits are its own seed's
 
 
-def test_maps_without_objects_give_invalid_slots_and_the_plain_loss(top, map_editor):
+def test_maps_without_objects_give_invalid_slots_and_the_plain_loss(top, map_editor, tmp_path):
     noise = 0.05 * torch.randn(2, CUT_CHANNELS, *CUT_GRID, generator=torch.Generator().manual_seed(0))
     maps = torch.cat([object_maps(2), noise])  # two images with objects, two without
-    tokens = token_states(4)
-    sources = TopNegativeSources(map_editor=map_editor)
+    trainer = top_trainer(top, "LACE-local", tmp_path, local_editor=map_editor)
     with torch.no_grad():
-        U, V = top.encode_image_states(maps), encode_captions(top, tokens, np.arange(4))
-        negatives = batch_negatives(top, top_arm("LACE-local"), sources, maps, U, V, np.arange(4))
+        U, V, scale, negatives = trainer._embed_tops(
+            TopBatch(maps, np.arange(4), [0, 1, 2, 3]), 0)
         assert negatives.caption_negatives is None
         assert negatives.image_valid[:2, 0].all() and not negatives.image_valid[2:].any()
         assert negatives.image_negatives[2:].abs().sum() == 0
-        plain = lace_loss(U, V, top.logit_scale.exp())
-        with_objects = lace_loss(U, V, top.logit_scale.exp(), image_negatives=negatives.image_negatives,
+        plain = lace_loss(U, V, scale)
+        with_objects = lace_loss(U, V, scale, image_negatives=negatives.image_negatives,
                                  image_valid=negatives.image_valid)
         assert with_objects > plain  # valid negatives add to the loss
-        nothing = batch_negatives(top, top_arm("LACE-local"), sources, maps[2:], U[2:], V[2:], np.arange(2))
-        assert not nothing.image_valid.any()
-        masked = lace_loss(U[2:], V[2:], top.logit_scale.exp(), image_negatives=nothing.image_negatives,
-                           image_valid=nothing.image_valid)
-        torch.testing.assert_close(masked, lace_loss(U[2:], V[2:], top.logit_scale.exp()))
+        masked = lace_loss(U[2:], V[2:], scale, image_negatives=negatives.image_negatives[2:],
+                           image_valid=negatives.image_valid[2:])
+        torch.testing.assert_close(masked, lace_loss(U[2:], V[2:], scale))
 
 
-def test_caption_negatives_are_the_rule_rows_and_rows_without_one_are_invalid(top):
+def test_caption_negatives_are_the_rule_rows_and_rows_without_one_are_invalid(top, tmp_path):
     tokens, rule_tokens = token_states(4), token_states(3, seed=1)
-    rules = RuleStates(rule_tokens, row_of_caption=np.array([2, -1, 0, 1]))
-    maps = object_maps(3)
-    caption_rows = np.array([0, 1, 2])
+    maps = object_maps(4).numpy().astype(np.float16)
+    rule_of = np.array([2, -1, 0, 1])  # caption row r's negative is rule row rule_of[r]; caption 1 has none
+    pairs = TopPairs(maps, tokens, np.arange(4), np.arange(4), rule_tokens, rule_of)
+    trainer = top_trainer(top, "caption negatives", tmp_path, pairs)
+    batch = pairs.collate([pairs[sample] for sample in trainer.order.micro_batch(0)])
     with torch.no_grad():
-        U, V = top.encode_image_states(maps), encode_captions(top, tokens, caption_rows)
-        negatives = batch_negatives(top, top_arm("caption negatives"), TopNegativeSources(rules=rules), maps, U, V,
-                                    caption_rows)
-        assert negatives.image_negatives is None
-        assert negatives.caption_negatives.shape == (3, 1, 8)
-        assert negatives.caption_valid[:, 0].tolist() == [True, False, True]
-        expected = encode_captions(top, rule_tokens, [2, 0])  # the rule rows of captions 0 and 2
-        torch.testing.assert_close(negatives.caption_negatives[[0, 2], 0], expected)
-        assert negatives.caption_negatives[1].abs().sum() == 0
-        assert not torch.allclose(expected[0], expected[1])
+        _, V, _, negatives = trainer._embed_tops(batch, 0)
+        assert negatives.image_negatives is None and negatives.caption_negatives.shape == (4, 1, 8)
+        assert negatives.caption_valid[:, 0].tolist() == [rule_of[r] >= 0 for r in batch.caption_rows]
+        for i, row in enumerate(batch.caption_rows):
+            if rule_of[row] >= 0:
+                torch.testing.assert_close(negatives.caption_negatives[i, 0],
+                                           encode_captions(top, rule_tokens, [rule_of[row]])[0])
+            else:
+                assert negatives.caption_negatives[i].abs().sum() == 0
+        torch.testing.assert_close(V, encode_captions(top, tokens, batch.caption_rows))
 
 
 # --- training -------------------------------------------------------------------------------------
 
 
-def tiny_split(n_images: int = 8) -> TopSplit:
-    maps = object_maps(n_images, seed=2).numpy().astype(np.float16)
-    owner = np.repeat(np.arange(n_images), 2)
-    return TopSplit("train", maps, token_states(2 * n_images), np.arange(2 * n_images), owner)
-
-
-def test_every_arm_trains_from_one_start_and_plain_ignores_the_sources(top, map_editor):
-    split = tiny_split()
-    sources = TopNegativeSources(map_editor=map_editor, rules=RuleStates(token_states(4, seed=1),
-                                                                         np.array([0, -1, 1, 2] * 4)))
+def test_every_arm_trains_from_one_start_and_plain_ignores_the_sources(top, map_editor, tmp_path):
     runs = {}
-    for name, arm, given in (("plain", "plain", None), ("plain with sources", "plain", sources),
-                             ("LACE-local", "LACE-local", sources)):
+    for name, arm, given in (("plain", "plain", {}), ("plain with sources", "plain", {"local_editor": map_editor}),
+                             ("LACE-local", "LACE-local", {"local_editor": map_editor})):
         model = copy.deepcopy(top)
-        runs[name] = (model, train_top(model, split, TINY, seed=0, arm=arm, sources=given))
+        config = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", output=str(tmp_path / "run"),
+                                                    vocabulary="natural",
+                                                    checkpoint_every=0, log_every=1), arm)
+        runs[name] = (model, train_summary(config, False, dataset=tiny_pairs(), encoder=model, **given))
     steps = {name: summary["steps"] for name, (_, summary) in runs.items()}
     assert steps == {"plain": 2, "plain with sources": 2, "LACE-local": 2}  # one caption per image: 8 images, 4 a batch
     plain, with_sources, local = (dict(runs[name][0].named_parameters())
@@ -189,6 +191,17 @@ def test_every_arm_trains_from_one_start_and_plain_ignores_the_sources(top, map_
     assert not torch.equal(plain[head], local[head])
     assert "image_negative_rows" not in runs["plain"][1]
     assert 0.5 <= runs["LACE-local"][1]["image_negative_rows"] <= 1.0
+
+
+def test_the_pretrained_tops_train_at_their_own_learning_rate(top, tmp_path):
+    trainer = top_trainer(top, "plain", tmp_path)
+    scales = sorted({group["lr_scale"] for group in trainer.optimizer.param_groups if group["params"]})
+    assert scales == [0.1, 1.0]
+    tops = {id(p) for p in top.pretrained_parameters()}
+    for group in trainer.optimizer.param_groups:
+        assert all((id(p) in tops) == (group["lr_scale"] == 0.1) for p in group["params"])
+    assert any(id(top.logit_scale) == id(p) for g in trainer.optimizer.param_groups if g["lr_scale"] == 1.0
+               for p in g["params"])
 
 
 # --- Flickr8k arms end to end --------------------------------------------------------------------
@@ -219,50 +232,78 @@ def make_coloured_flickr8k(root, n_images: int):
     return root
 
 
-def test_run_arms_trains_saves_and_reuses_every_arm(tmp_path):
-    from lace.study.flickr8k_top import run_protocol
-    from lace.study.flickr8k_top_arms import run_arms
+def tiny_study(data, out, **changes) -> TopsStudyConfig:
+    return TopsStudyConfig(data=str(data), out=str(out), base=TINY_HEADS, finetune=TINY_FINETUNE, seeds=1,
+                           items_per_kind=8, progress=False, **changes)
 
-    data, cache, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "cache", tmp_path / "out"
-    run_protocol(str(data), str(cache), str(out), TINY, TINY, base_share=0.5, seeds=0, split="val",
-                 finetune_on="rest", log=lambda _: None)
-    arms = ["plain", "caption negatives", "LACE-local"]
+
+def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_path):
+    from lace.study.flickr8k_top_arms import run_tops_study
+
+    data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out"
+    arms = ("plain", "caption negatives", "LACE-local")
     lines: list[str] = []
-    result = run_arms(str(data), str(cache), str(out), arms, TINY, seeds=1, split="val", log=lines.append)
+    result = run_tops_study(tiny_study(data, out, arms=arms), log=lines.append)
     assert set(result["summary"]) == {"base", *arms}
     written = json.loads((out / "arms-val.json").read_text())
-    assert written["arms"] == arms and written["finetune_settings"] == dataclasses.asdict(TINY)
-    assert "| LACE-local |" in (out / "arms-val.md").read_text()
-    assert result["rule_negatives"]["with_a_negative"] > 0 and "local_editor" in result
-    checkpoints = {arm: out / record["checkpoint"] for arm, (record,) in result["runs"].items() if arm != "base"}
-    assert sorted(checkpoints) == sorted(arms)
+    assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.lr
+    assert "| LACE-local |" in (out / "arms-val.md").read_text() and "local_editor" in result
+    stages = {arm: json.loads((out / "stages" / f"train-{arm.replace(' ', '-')}-seed0.json").read_text())
+              for arm in arms}
+    checkpoints = {arm: out / stage["result"]["checkpoint"] for arm, stage in stages.items()}
     base = load_encoder("lace-towers", pretrained=str(out / "models" / "base.safetensors"))
     for arm, path in checkpoints.items():
         loaded = load_encoder("lace-towers", pretrained=str(path))
         changed = loaded.image_tower.blocks[-1].conv_pwl.weight
         assert not torch.equal(changed, base.image_tower.blocks[-1].conv_pwl.weight), arm
-        assert result["runs"][arm][0]["train"]["steps"] == result["runs"]["plain"][0]["train"]["steps"]
-    assert "image_negative_rows" in result["runs"]["LACE-local"][0]["train"]
+        assert stages[arm]["result"]["steps"] == stages["plain"]["result"]["steps"]
+    assert "image_negative_rows" in stages["LACE-local"]["result"]
+    assert "caption_negative_rows" in stages["caption negatives"]["result"]
     trained_at = {arm: path.stat().st_mtime_ns for arm, path in checkpoints.items()}
-    assert sum("trained" in line for line in lines) == len(arms)
+    assert sum("[train-" in line and "running" in line for line in lines) == len(arms)
 
     lines.clear()
-    again = run_arms(str(data), str(cache), str(out), arms, TINY, seeds=1, split="val", log=lines.append)
-    assert not any("trained" in line for line in lines)
+    again = run_tops_study(tiny_study(data, out, arms=arms), log=lines.append)
+    assert not any("running" in line for line in lines)
     assert {arm: path.stat().st_mtime_ns for arm, path in checkpoints.items()} == trained_at
     assert again["summary"] == result["summary"]
 
+    lines.clear()  # another split measures the same models without training them again
+    test = run_tops_study(tiny_study(data, out, arms=arms, split="test"), log=lines.append)
+    assert [line for line in lines if "running" in line] == ["[test-base] running"] + [
+        f"[test-{arm.replace(' ', '-')}-seed0] running" for arm in arms]
+    assert test["split"] == "test" and (out / "arms-test.md").is_file()
 
-def test_lace_study_flickr8k_tops_trains_the_base_then_the_arms(tmp_path):
+
+def test_lace_study_flickr8k_tops_passes_every_flag_it_shows(tmp_path, monkeypatch):
+    """--edit-*, --zeroshot-*, --overwrite, --no-progress and the study's own knobs reach the config it runs."""
+    import lace.study.flickr8k_top_arms as arms_module
     from lace.cli import main
 
-    data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "study"
-    assert main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(out), "--arms", "plain",
-                 "--seeds", "1"]) == 0
-    assert (out / "models" / "base.safetensors").is_file() and (out / "features").is_dir()
-    result = json.loads((out / "arms-val.json").read_text())
-    assert result["arms"] == ["plain"] and result["summary"]["plain"]["i2t/R@1"]["n"] == 1
-    assert (out / result["runs"]["plain"][0]["checkpoint"]).is_file()
+    ran = []
+    monkeypatch.setattr(arms_module, "run_tops_study", lambda config: ran.append(config) or {"split": config.split})
+    data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 4), tmp_path / "study"
+    out.mkdir()
+    (out / "someone's file").write_text("kept unless --overwrite")
+    flags = ["study", "flickr8k", "--tops", "--data", str(data), "--out", str(out), "--arms", "plain,LACE",
+             "--seeds", "2", "--edit-strength", "4", "--edit-target", "hard", "--no-edit-effect-check",
+             "--zeroshot-root", str(tmp_path / "classes"), "--zeroshot-classnames", "names.txt",
+             "--zeroshot-templates", "templates.txt", "--no-progress", "--finetune-lr", "0.002",
+             "--finetune-pretrained-lr-scale", "0.5", "--local-n-edits", "3", "--dictionary-atoms", "64",
+             "--base-epochs", "2", "--split", "test"]
+    assert main(flags) != 0 and not ran  # refused: the folder holds someone's file
+    assert (out / "someone's file").is_file()
+    assert main([*flags, "--overwrite"]) == 0
+    (config,) = ran
+    assert not (out / "someone's file").exists()
+    assert (config.edit.strength, config.edit.target, config.edit.effect_check) == (4.0, "hard", False)
+    assert (config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates) == (
+        str(tmp_path / "classes"), "names.txt", "templates.txt")
+    assert config.progress is False and config.seeds == 2 and config.arms == ("plain", "LACE")
+    assert (config.finetune.lr, config.finetune.pretrained_lr_scale, config.finetune.epochs) == (0.002, 0.5, 8.0)
+    assert (config.local.n_edits, config.dictionary.atoms, config.base.epochs, config.split) == (3, 64, 2, "test")
+    made = arm_train_config(config, "LACE", seed=1, n_images=100, output=tmp_path)
+    assert made.edit == config.edit and made.lr == 0.002 and made.counterfactual_images
 
 
 def _summary(plain: tuple[float, float], local: tuple[float, float], r_at_1: float) -> dict:

@@ -30,12 +30,9 @@ from lace.encoders.towers.top_features import (
     encode_captions,
 )
 from lace.study.config import HeadsTraining
-from lace.study.top_training import (
-    TopSplit,
-    TopTraining,
-    embed_top_split,
-    train_top,
-)
+from lace.study.flickr8k_top import TopSplit, embed_top_split
+from lace.study.flickr8k_top_arms import train_summary
+from lace.train import TrainConfig
 from tests.conftest import randomise_batch_norms
 
 
@@ -157,8 +154,10 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
     layer = encoder.text_tower.layers[-2].output.dense.weight
     lower = encoder.text_tower.layers[-3].output.dense.weight
     before = [block.detach().clone(), layer.detach().clone(), lower.detach().clone()]
-    summary = train_top(top, split, TopTraining(hidden_dim=32, dropout=0.1, embed_dim=16, epochs=3, batch_size=3,
-                                                warmup_steps=1), seed=0)
+    config = TrainConfig(model="lace-towers", lr=1e-3, pretrained_lr_scale=0.1, epochs=3, batch_size=3,
+                         warmup_steps=1, grad_clip_norm=None, precision="fp32", device="cpu", checkpoint_every=0,
+                         log_every=1)
+    summary = train_summary(config, False, dataset=split.pairs(), encoder=top)
     assert summary["steps"] == 3
     assert not torch.equal(block, before[0]) and not torch.equal(layer, before[1])
     assert torch.equal(lower, before[2])  # below the cut nothing moves
@@ -172,23 +171,21 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
         torch.testing.assert_close(loaded.encode_texts(photos.captions), texts_after, atol=2e-3, rtol=0)
 
 
-def test_protocol_fine_tunes_from_the_base_on_the_other_images_and_saves_loadable_models(tmp_path):
-    from lace.study.flickr8k_top import base_images, run_protocol
+def test_the_base_trains_only_heads_on_a_seeded_share_of_the_training_images(tmp_path):
+    from lace.study.flickr8k_top import base_images, heads_base, top_splits
     from tests.test_flickr8k import make_flickr8k
 
     root = make_flickr8k(tmp_path / "flickr8k", n_images=14, captions_per_image=2)
     base_rows, rest_rows = base_images(10, 0.5)
     assert len(base_rows) == 5 and sorted([*base_rows, *rest_rows]) == list(range(10))
-    settings = TopTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=2, batch_size=4, warmup_steps=1)
+    assert np.array_equal(base_images(10, 0.5)[0], base_rows)  # seeded
+    top = TowersTop(TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16)).eval())
+    splits = top_splits(str(root), str(tmp_path / "cache"), top.encoder, progress=False)
+    pretrained = {name: tensor.clone() for name, tensor in top.encoder.state_dict().items()}
     heads = HeadsTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=2, batch_size=4, warmup_steps=1)
-    result = run_protocol(str(root), str(tmp_path / "cache"), str(tmp_path / "out"), settings, settings,
-                          base_share=0.5, seeds=1, split="val", finetune_on="rest", base_heads=heads, log=lambda _: None)
-    assert result["base_images"] == 5 and result["finetune_images"] == 5
-    base = load_encoder("lace-towers", pretrained=str(tmp_path / "out" / "models" / "base.safetensors"))
-    tuned = load_encoder("lace-towers", pretrained=result["plain"][0]["checkpoint"])
-    pretrained = TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16))
+    summary = heads_base(top, splits["train"].subset(np.arange(min(5, len(splits["train"].image_maps))), "base"), heads)
+    assert summary["steps"] >= 1
+    state = top.encoder.state_dict()
     for name in ("image_tower.model.blocks.6.0.conv_pwl.weight", "text_tower.model.encoder.layer.5.output.dense.weight"):
-        assert torch.equal(base.state_dict()[name], pretrained.state_dict()[name])  # a heads-only base
-    assert not torch.equal(base.image_tower.blocks[-1].conv_pwl.weight, tuned.image_tower.blocks[-1].conv_pwl.weight)
-    assert not torch.equal(base.text_tower.layers[-1].output.dense.weight, tuned.text_tower.layers[-1].output.dense.weight)
-    assert 0.0 <= result["plain"][0]["val"]["i2t/R@1"] <= 1.0
+        assert torch.equal(state[name], pretrained[name])  # a heads-only base: the tops stay pretrained
+    assert top.encoder.unlocked_blocks == top.unlocked_blocks  # the tops unlock again for the fine-tunes

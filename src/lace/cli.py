@@ -22,6 +22,7 @@ COMMANDS = (
     "eval",
     "compare",
     "study",
+    "fidelity",
     "explore",
 )
 

@@ -124,7 +124,8 @@ def add_config_arguments(
     """Add one `--flag` per field of dataclass `cls`, with the field's docstring as help.
 
     Flags default to `None` so that `config_from_args` can tell what the user set.
-    Booleans take `--flag` / `--no-flag`. `flags` gives a field other flag names (for
+    Booleans take `--flag` / `--no-flag`; `skip` names fields left out (`"finetune.edit"` for a nested one,
+    which then keeps its default). `flags` gives a field other flag names (for
     example `{"output": ("--out", "--output")}`, or `{"edit.n_edits": ("--edit-n-edits", "--n-edits")}` for a
     nested field), so commands can share flag names and keep the names of fields that moved into a nested config.
     A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
@@ -141,9 +142,11 @@ def add_config_arguments(
         default = getattr(defaults, field.name) if defaults is not None else _default(field)
         nested = _nested(annotation)
         if nested is not None:
-            add_config_arguments(parser, nested, prefix=f"{prefix}{field.name}.", defaults=default,
-                                 flags={key[len(field.name) + 1:]: names for key, names in flags.items()
-                                        if key.startswith(f"{field.name}.")})
+            inner = f"{field.name}."
+            add_config_arguments(parser, nested, prefix=f"{prefix}{inner}", defaults=default,
+                                 skip=tuple(name[len(inner):] for name in skip if name.startswith(inner)),
+                                 flags={key[len(inner):]: names for key, names in flags.items()
+                                        if key.startswith(inner)})
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name
@@ -250,11 +253,12 @@ def load_config(cls: type[ConfigT], path: str | Path) -> ConfigT:
 
 
 def config_from_args(cls: type[ConfigT], args: argparse.Namespace, yaml_path: str | Path | None = None,
-                     prefix: str = "") -> ConfigT:
-    """Defaults, then the YAML file (if any), then the flags the user actually gave (added with
-    the same `prefix` by `add_config_arguments`)."""
-    base = load_config(cls, yaml_path) if yaml_path else cls()
-    return _with_flags(base, args, prefix)
+                     prefix: str = "", base: ConfigT | None = None) -> ConfigT:
+    """Defaults (`base`, or `cls()`), then the YAML file (if any), then the flags the user actually gave (added
+    with the same `prefix` by `add_config_arguments`)."""
+    if yaml_path:
+        base = load_config(cls, yaml_path)
+    return _with_flags(base if base is not None else cls(), args, prefix)
 
 
 def _with_flags(config: Any, args: argparse.Namespace, prefix: str) -> Any:

@@ -17,7 +17,7 @@ a full update would make, with fewer Gram reads (about half of the tile updates 
 on the encode benchmark); the selection reads one integer key per tile (see `_order_key`)
 and one tile. Of what remains, about a third is waiting on memory for the Gram slices (at
 K = 4096, G is 64 MB) and the rest is the updates' arithmetic; a bfloat16 copy of G for the
-updates, with error bounds and exact recomputes of near ties, was slower (docs/results.md,
+updates, with error bounds and exact recomputes of near ties, was slower (docs/results-history.md,
 "Sparse coding toward the matrix-product floor").
 
 The algorithm, its stopping rules and the non-negative refit are those of

@@ -87,8 +87,11 @@ class FidelityConfig:
     dictionary: str | None = None
     """Labelled concept dictionary folder of the same base (`lace dict fit`), for lace and concept_arithmetic."""
     seed: int = 0
+    """Seed of the items drawn, the fitted reader and the random controls."""
     batch_size: int = 200
+    """Images per tower pass."""
     extra: dict = field(default_factory=dict)
+    """Further settings recorded with the figures (not a flag)."""
 
 
 

@@ -23,16 +23,13 @@ PREFERRED_CONCEPTS = ("dog", "grass", "snow", "beach", "water", "horse", "man", 
 
 
 def fit_dictionary(
-    train_images: torch.Tensor, train_texts: torch.Tensor, train: SplitFeatures, vocabulary: str,
-    atoms: int, sparsity: int, max_seconds: float | None, folder: Path, tau_align: float | None = None,
-    progress: bool = False, log=print,
+    train_images: torch.Tensor, train_texts: torch.Tensor, train: SplitFeatures, config: DictionaryConfig,
+    folder: Path, progress: bool = False, log=print,
 ) -> LabelledDictionary:
-    """Fit on (N_img, d) and (N_txt, d) base train embeddings; caption-mean directions from train captions."""
-    directions = concept_directions_for_store(vocabulary, train.captions, train_texts, None, 5, log)
-    # tau_align against covariance-shaped random directions, and no binding directions: the study's
-    # LACE edits are METHOD.md's three kinds
-    config = DictionaryConfig(atoms=atoms, sparsity=sparsity, vocabulary=vocabulary, max_seconds=max_seconds,
-                              tau_align=tau_align, calibration="covariance", bindings=False)
+    """Fit `config`'s dictionary on (N_img, d) and (N_txt, d) base train embeddings, labelled with caption-mean
+    directions of the train captions (concepts that `config.min_mentions` captions name); save it to `folder`."""
+    directions = concept_directions_for_store(config.vocabulary, train.captions, train_texts, None,
+                                              config.min_mentions, log)
     labelled = fit_labelled_dictionary(train_images, train_texts, directions, config, progress=progress, log=log)
     save_labelled_dictionary(labelled, folder)
     return labelled

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field, replace
 
 from lace.edits.config import EditConfig
 from lace.errors import input_error
+from lace.experiment.dictionary import DictionaryConfig
 from lace.experiment.variants import check_variants
+from lace.local.config import LocalEditConfig
+from lace.train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,12 @@ class HeadsTraining:
     grad_clip_norm: float | None = 1.0
     """Clip the global gradient norm to this value, as `lace train` does (None: no clipping)."""
 
+    def train_changes(self) -> dict:
+        """The run's training settings as a delta on a `TrainConfig` (the head shape is the model's, not the
+        trainer's)."""
+        return {"lr": self.lr, "weight_decay": self.weight_decay, "epochs": self.epochs, "batch_size": self.batch_size,
+                "warmup_steps": self.warmup_steps, "grad_clip_norm": self.grad_clip_norm}
+
     def validate(self, where: str = "heads training") -> HeadsTraining:
         if self.epochs <= 0 or self.batch_size < 2 or self.lr <= 0 or not 0 <= self.dropout < 1:
             raise input_error(where, "epochs / batch_size / lr / dropout",
@@ -57,6 +66,11 @@ DEFAULT_BASE_GRID: tuple[HeadsTraining, ...] = (
 STUDY_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives", "LACE captions only",
                   "LACE images only")
 """Fine-tunes from the base (names of `lace.experiment.variants.VARIANTS`)."""
+
+STUDY_DICTIONARY = DictionaryConfig(atoms=512, sparsity=8, max_seconds=150.0, calibration="covariance",
+                                    bindings=False)
+"""The studies' dictionary: K = 512, s = 8, at most 150 s of learning, tau_align against covariance-shaped random
+directions of the data, and no binding directions (the studies' LACE edits are METHOD.md's three kinds)."""
 
 TRANSPLANTS: tuple[tuple[str, str], ...] = (("grass", "snow"), ("dog", "horse"), ("beach", "snow"), ("man", "woman"))
 
@@ -85,14 +99,9 @@ class StudyConfig:
     """The editor of LACE fine-tuning and counterfactual brittleness (edit retrieval sets its own strengths)."""
     vocabulary: str = "natural"
     """Typed vocabulary for concepts, rule-made captions and edits."""
-    atoms: int = 512
-    """Atoms K of the learned dictionary."""
-    sparsity: int = 8
-    """Non-zeros s per code."""
-    tau_align: float | None = None
-    """Atom alignment threshold (None: calibrated against random directions of the data)."""
-    dictionary_seconds: float | None = 150.0
-    """Time limit of dictionary learning (None: no limit)."""
+    dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
+    """The concept dictionary fitted on the base's training embeddings (`dictionary.vocabulary` is replaced by the
+    study's `vocabulary`)."""
     transplants: tuple[tuple[str, str], ...] = TRANSPLANTS
     """Named transplants of the edit-retrieval stage (source, target)."""
     strengths: tuple[float, ...] = (1.0, 2.0, 4.0)
@@ -134,8 +143,9 @@ class StudyConfig:
             raise input_error(where, "variants", "at least one variant")
         check_variants(self.variants, where)
         self.edit.validate(f"{where}: edit")
-        if self.n_edits < 1 or self.atoms < 1 or self.sparsity < 1 or self.neighbours < 1:
-            raise input_error(where, "n_edits / atoms / sparsity / neighbours", "positive integers")
+        self.dictionary.validate(f"{where}: dictionary")
+        if self.n_edits < 1 or self.neighbours < 1:
+            raise input_error(where, "n_edits / neighbours", "positive integers")
         return self
 
     def with_changes(self, **changes) -> StudyConfig:
@@ -147,4 +157,89 @@ def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
     return replace(finetune, hidden_dim=base.hidden_dim, dropout=base.dropout, embed_dim=base.embed_dim)
 
 
-__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TRANSPLANTS", "HeadsTraining", "StudyConfig", "heads_from"]
+TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives", "paired-caption directions",
+            "LACE-local", "LACE-local + caption negatives")
+"""Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order."""
+
+TOPS_FINETUNE = TrainConfig(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_size=256, warmup_steps=20,
+                            weight_decay=0.1, grad_clip_norm=None, precision="fp32", device="cpu")
+"""The tops' fine-tune, as the protocol chose it on validation (docs/flickr8k-top.md): heads and scale at 5e-4,
+the pretrained top layers at a tenth of it, 8 epochs of batch 256 over the fine-tune images (88 steps), no
+gradient clipping (the setting the recorded figures were trained with)."""
+
+# Fields of the nested configs the study sets itself (the model, its data, where it runs, the arm's switches).
+TOPS_SET_BY_STUDY = (
+    "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "seed", "edit", "local",
+    "vocabulary", "dictionary", "counterfactual_captions", "counterfactual_images", "caption_negatives",
+    "paired_caption_directions", "local_image_negatives", "local_caption_swaps", "rendered_negatives",
+    "counterfactual_source", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "num_workers",
+    "cache_images", "on_missing_image", "device")
+
+
+@dataclass(frozen=True)
+class TopsStudyConfig:
+    """Flickr8k with the tops of the towers trainable: a heads-only base on part of the training images, then every
+    training arm fine-tuned on the others (tops and heads) over seeds, measured on one split."""
+
+    data: str
+    """Flickr8k folder (captions.csv and images/)."""
+    out: str
+    """Study folder: arms-<split>.json and .md, stages/, models/ (every fine-tune a lace-towers checkpoint)."""
+    feature_cache: str | None = None
+    """Folder of cached tower-top inputs (default: <out>/features); shared between studies."""
+    arms: tuple[str, ...] = TOP_ARMS
+    """Training arms to run (names of `lace.experiment.variants.VARIANTS`)."""
+    seeds: int = 3
+    """Fine-tune seeds of every arm (mean and standard deviation over them)."""
+    split: str = "val"
+    """Split to measure on: val while choosing, test once at the end (it reuses every trained model)."""
+    base_share: float = 0.5
+    """Share of the training images the base trains on (the fine-tunes train on the others)."""
+    base: HeadsTraining = DEFAULT_BASE_GRID[3]
+    """The heads-only base (`--base-<field>`; default: row 3 of the locked study's base grid, the protocol's
+    choice on validation)."""
+    finetune: TrainConfig = field(default_factory=lambda: TOPS_FINETUNE)
+    """Every arm's fine-tune (`--finetune-<field>`); the study sets the model, data, seed and the arm's switches."""
+    edit: EditConfig = field(default_factory=EditConfig)
+    """The counterfactual editor of LACE's pooled arms (`--edit-<knob>`)."""
+    local: LocalEditConfig = field(default_factory=lambda: LocalEditConfig(n_edits=2))
+    """LACE-local on the cached maps (`--local-<knob>`; the maps are the editor's layer, so only n_edits and group
+    apply)."""
+    dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
+    """The pooled concept dictionary of LACE's arms (`--dictionary-<field>`), fitted on the base's training
+    embeddings (`dictionary.vocabulary` is replaced by the study's `vocabulary`)."""
+    vocabulary: str = "natural"
+    """Typed vocabulary for concepts, rule-made captions and edits."""
+    items_per_kind: int = 1000
+    """SugarCrepe-style items per kind built from the measured split's captions."""
+    zeroshot_root: str | None = None
+    """Also score zero-shot on this image folder, one subfolder per class, for the base and every fine-tune
+    (`lace eval --benchmarks zeroshot`)."""
+    zeroshot_classnames: str | None = None
+    """Class names of `zeroshot_root` (as `lace eval --zeroshot-classnames` reads them)."""
+    zeroshot_templates: str | None = None
+    """Prompt templates of `zeroshot_root` (as `lace eval --zeroshot-templates` reads them)."""
+    progress: bool = True
+    """Show progress bars (extraction, training)."""
+
+    def validate(self) -> TopsStudyConfig:
+        where = "tower-tops study config"
+        if self.seeds < 1:
+            raise input_error(where, "seeds", "at least 1", self.seeds)
+        if not self.arms:
+            raise input_error(where, "arms", "at least one arm")
+        check_variants(self.arms, where, "arms")
+        if self.split not in ("val", "test"):
+            raise input_error(where, "split", "val or test", self.split)
+        if not 0.0 < self.base_share < 1.0:
+            raise input_error(where, "base_share", "a share in (0, 1)", self.base_share)
+        self.base.validate(f"{where}: base")
+        self.finetune.validate()
+        self.edit.validate(f"{where}: edit")
+        self.local.validate(f"{where}: local")
+        self.dictionary.validate(f"{where}: dictionary")
+        return self
+
+
+__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOPS_FINETUNE", "TOPS_SET_BY_STUDY", "TOP_ARMS", "TRANSPLANTS",
+           "HeadsTraining", "StudyConfig", "TopsStudyConfig", "heads_from"]

@@ -18,8 +18,11 @@ import torch
 from lace.data.dataset import ImageTextDataset
 from lace.data.flickr8k import SPLITS
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers.features import cached_image_tower_features, cached_text_tower_features
-from lace.encoders.towers.model import TowersDualEncoder
+from lace.encoders.towers import (
+    TowersDualEncoder,
+    cached_image_tower_features,
+    cached_text_tower_features,
+)
 from lace.errors import LaceInputError
 from lace.experiment.stages import stage_key
 from lace.io import atomic_write_json, read_json

@@ -19,15 +19,17 @@ from PIL import Image
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
+from lace.config import config_to_dict
 from lace.data.flickr8k import read_flickr8k
 from lace.edits import EditConfig, build_editor
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
+from lace.encoders.towers import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
 from lace.eval.runner import EvalConfig
 from lace.experiment.edit_grids import edit_grid_stage
 from lace.experiment.stages import StageRunner, stage_key
+from lace.experiment.summary import summarise_over_seeds
 from lace.experiment.zeroshot import zeroshot_figures
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
@@ -119,8 +121,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     test_images, test_texts = embed_split(encoder, test)
 
     # 4. dictionary (fitted before the geometry stage, which uses it for counterfactual brittleness)
-    dictionary_key = stage_key(base_key, config.vocabulary, config.atoms, config.sparsity, config.dictionary_seconds,
-                               config.tau_align)
+    dictionary_key = stage_key(base_key, config.vocabulary, config_to_dict(config.dictionary))
     dictionary_folder = out / "models" / "dictionary"
     dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary_stage(
         config, (train_images, train_texts, train), (test_images, test_texts, test), rules, dictionary_folder, log))
@@ -207,8 +208,9 @@ def _dictionary_stage(config: StudyConfig, train: tuple, test: tuple, rules: Rul
     figures and, on test, the top examples of the best-aligned concepts."""
     train_images, train_texts, train_split = train
     test_images, test_texts, test_split = test
-    labelled = fit_dictionary(train_images, train_texts, train_split, config.vocabulary, config.atoms, config.sparsity,
-                              config.dictionary_seconds, folder, config.tau_align, config.progress, log)
+    labelled = fit_dictionary(train_images, train_texts, train_split,
+                              dataclasses.replace(config.dictionary, vocabulary=config.vocabulary), folder,
+                              config.progress, log)
     figures = alignment_figures(labelled)
     figures["examples"] = top_examples(labelled, test_images, test_texts, test_split, rules, figures,
                                        config.concepts_shown)
@@ -291,20 +293,8 @@ SUMMARY_METRICS = (
 
 def summarise(finetunes: dict[str, list[dict]], base_figures: dict) -> dict:
     """Mean and standard deviation over seeds of each summary metric, per variant (and the base)."""
-    summary = {"base": {m: {"mean": _finite(base_figures.get(m)), "std": 0.0, "n": 1} for m in SUMMARY_METRICS}}
-    for variant, runs in finetunes.items():
-        summary[variant] = {}
-        for metric in SUMMARY_METRICS:
-            values = np.array([run["figures"].get(metric) for run in runs], dtype=float)
-            values = values[np.isfinite(values)]
-            summary[variant][metric] = {
-                "mean": float(values.mean()) if values.size else None,
-                "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
-                "n": int(values.size),
-            }
-        summary[variant]["train_seconds"] = float(np.mean([run["train"]["seconds"] for run in runs]))
-    return summary
+    figures = {"base": [base_figures], **{variant: [run["figures"] for run in runs] for variant, runs in finetunes.items()}}
+    seconds = {variant: [run["train"]["seconds"] for run in runs] for variant, runs in finetunes.items()}
+    return summarise_over_seeds(figures, SUMMARY_METRICS, seconds)
 
 
-def _finite(value):
-    return value if isinstance(value, (int, float)) and np.isfinite(value) else None

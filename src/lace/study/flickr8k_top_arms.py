@@ -1,21 +1,24 @@
-"""Every training arm on Flickr8k with the tops of the towers trainable, over seeds.
+"""Every training arm on Flickr8k with the tops of the towers trainable, over seeds, as cached stages.
 
-From the protocol's base (heads on half the training images, `lace.study.flickr8k_top`), each
-arm fine-tunes the tops and heads on the other half with the same data order, steps and seed,
-and is measured on one split: retrieval and SugarCrepe-style image->text items made by the rule
-editor from that split's captions (swap-type items are the binding measure real photographs
-allow; text->image swaps need counterfactual photographs, which only the world has).
+From the base (heads on a share of the training images, `lace.study.flickr8k_top`), each arm fine-tunes the
+tops and heads on the other images through `lace.train.train` on cached tower-top inputs, with the same data
+order, steps and seed, and is measured on one split: retrieval and SugarCrepe-style image->text items made by
+the rule editor from that split's captions (swap-type items are the binding measure real photographs allow;
+text->image swaps need counterfactual photographs, which only the world has).
 
-    run_arms(data, cache, out, arms=["plain", "LACE-local"], finetune=TopTraining(...), seeds=3, split="val")
+    run_tops_study(TopsStudyConfig(data, out, arms=("plain", "LACE-local"), seeds=3, split="val"))
 
-Each fine-tune is saved as a `lace-towers` checkpoint (`lace eval` loads it) and its figures as
-`<out>/arms/<arm>-seed<k>.json`; a rerun reuses both and only measures what a split lacks, so the
-test split is measured once, at the end, on the models chosen nothing on it.
+Stages live in `<out>/stages/` (`lace.experiment.stages`): the base, the dictionary, the local editor's figures,
+one training stage and one measuring stage per arm and seed. Each fine-tune is saved as a `lace-towers`
+checkpoint (`lace eval` loads it); a rerun reuses both and only measures what a split lacks, so the test split
+is measured once, at the end, on models chosen nothing on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,51 +27,131 @@ import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
+from lace.config import config_to_dict
 from lace.data.flickr8k import read_flickr8k
-from lace.edits import EditConfig, build_editor
+from lace.edits import build_editor
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers.checkpoint import load_towers_checkpoint
-from lace.encoders.towers.top import TowersTop, save_top_checkpoint
-from lace.encoders.towers.top_features import cached_text_top_features, encode_captions
-from lace.errors import LaceInputError
-from lace.experiment.variants import check_variants
-from lace.io import atomic_write_json, atomic_write_text, read_json
+from lace.encoders.towers import (
+    TowersDualEncoder,
+    TowersTop,
+    cached_text_top_features,
+    encode_captions,
+    load_towers_checkpoint,
+    save_top_checkpoint,
+)
+from lace.eval.runner import EvalConfig
+from lace.experiment.stages import StageRunner, stage_key
+from lace.experiment.summary import summarise_over_seeds
+from lace.experiment.variants import variant_config
+from lace.experiment.zeroshot import zeroshot_figures
+from lace.io import atomic_write_json, atomic_write_text
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import group_mentions
-from lace.local.maps import fit_map_editor, regions_of
+from lace.local.maps import MapEditor, fit_map_editor, regions_of
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
+from lace.study.config import TopsStudyConfig
 from lace.study.features import SplitFeatures, rule_negative_captions
-from lace.study.flickr8k_top import base_images, recall_of, top_splits
+from lace.study.flickr8k import prepare_study_folder
+from lace.study.flickr8k_top import (
+    TopSplit,
+    base_images,
+    embed_top_split,
+    heads_base,
+    recall_of,
+    top_splits,
+)
 from lace.study.measure import score_items, sugarcrepe_style_items
-from lace.study.top_negatives import RuleStates, TopNegativeSources, top_arm
-from lace.study.top_training import TopSplit, TopTraining, embed_top_split, train_top
+from lace.train import TrainConfig, train
 
-TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives", "paired-caption directions",
-            "LACE-local", "LACE-local + caption negatives")
-"""Every arm the tower tops can train, in the order the report lists them."""
-
+MARKER = "study.json"
 BINDING_KINDS = ("swap_att", "swap_obj")
+METRICS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj",
+           "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel")
+_SHOWN = ("i2t/R@1", "t2i/R@1", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj")
 
 
 def arm_slug(arm: str) -> str:
     return arm.replace(" + ", "-plus-").replace(" ", "-")
 
 
-def load_base(out: Path) -> TowersTop:
-    path = out / "models" / "base.safetensors"
-    if not path.is_file():
-        raise LaceInputError(f"{path}: no base model; run `python -m lace.study.flickr8k_top protocol` "
-                             "with the same --out first")
+def load_top(path: Path) -> TowersTop:
     return TowersTop(load_towers_checkpoint(path).eval())
 
 
-def rule_states(top: TowersTop, rules: RuleNegatives, captions: list[str], rows: np.ndarray, cache: str) -> RuleStates:
-    """One rule-made negative per caption of dataset rows `rows` (seeded per row), their token states cached."""
-    texts, valid = rule_negative_captions(rules, [captions[r] for r in rows])
-    made = [text for text, ok in zip(texts, valid) if ok]
-    row_of_caption = np.full(len(captions), -1, dtype=np.int64)
-    row_of_caption[rows[valid]] = np.arange(len(made))
-    return RuleStates(cached_text_top_features(top.encoder, made, cache), row_of_caption)
+def arm_train_config(config: TopsStudyConfig, arm: str, seed: int, n_images: int, output: Path) -> TrainConfig:
+    """The `TrainConfig` of one fine-tune: the study's `finetune` settings, editor and local edits, then `arm`'s
+    switches (`lace.experiment.variants`)."""
+    finetune = config.finetune
+    base = dataclasses.replace(
+        finetune, model="lace-towers", output=str(output), overwrite=True, seed=seed,
+        batch_size=min(finetune.batch_size, n_images), edit=config.edit, local=config.local,
+        vocabulary=config.vocabulary, checkpoint_every=0, keep_checkpoints=1, log_every=1)
+    return variant_config(base, arm)
+
+
+def train_summary(config: TrainConfig, progress: bool, **inputs) -> dict:
+    """Train `config` in a scratch run folder (`lace.train.train` with `inputs`: dataset, encoder, editors);
+    the run's summary from its metrics."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lace-tops-") as folder:
+        result = train(dataclasses.replace(config, output=str(Path(folder) / "run")), progress=progress, **inputs)
+        steps = [json.loads(line) for line in result.metrics_path.read_text(encoding="utf-8").splitlines()]
+    tail = steps[-max(1, len(steps) // 10):]
+    summary = {"steps": result.steps, "seconds": time.perf_counter() - started,
+               "final_loss": float(np.mean([s["loss"] for s in tail])), "logit_scale": steps[-1]["logit_scale"]}
+    sides = {"caption": config.caption_negatives or config.counterfactual_captions or config.local_caption_swaps,
+             "image": config.counterfactual_images or config.paired_caption_directions
+             or config.local_image_negatives or config.rendered_negatives}
+    for side in (side for side, made in sides.items() if made):  # the share of rows with a valid negative
+        summary[f"{side}_negative_rows"] = float(np.mean([s[f"{side}_negatives_valid_rows"] for s in steps]))
+    return summary
+
+
+class ArmSources:
+    """What the arms draw negatives from, each made the first time an arm that needs it trains."""
+
+    def __init__(self, config: TopsStudyConfig, out: Path, cache: str, splits: dict[str, TopSplit],
+                 finetune_split: TopSplit, captions: list[str], dictionary_stage, log):
+        self.config, self.out, self.cache, self.splits, self.log = config, out, cache, splits, log
+        self.finetune_split, self.captions, self.dictionary_stage = finetune_split, captions, dictionary_stage
+        vocabulary = load_vocabulary(config.vocabulary)
+        self.rules = RuleNegatives(vocabulary, config.finetune.rule_negative_kinds)  # the training negatives' kinds
+        self.items_rules = RuleNegatives(vocabulary)  # every kind, for the measured items
+        self._pairs = self._editor = self._map_editor = None
+
+    def pairs(self, top: TowersTop) -> dict:
+        """The fine-tune images as `TopPairs`, with the cached token states of one rule-made negative per caption."""
+        if self._pairs is None:
+            rows = self.finetune_split.caption_rows
+            texts, valid = rule_negative_captions(self.rules, [self.captions[r] for r in rows])
+            made = [text for text, ok in zip(texts, valid) if ok]
+            negative_of_caption = np.full(len(self.captions), -1, dtype=np.int64)
+            negative_of_caption[rows[valid]] = np.arange(len(made))
+            states = cached_text_top_features(top.encoder, made, self.cache, progress=self.config.progress)
+            self._pairs = self.finetune_split.pairs(states, negative_of_caption)
+        return self._pairs
+
+    def editor(self):
+        """The pooled LACE editor over the base's dictionary, with the study's editor knobs."""
+        if self._editor is None:
+            self.dictionary_stage()
+            self._editor = build_editor(load_labelled_dictionary(self.out / "models" / "dictionary"), self.config.edit)
+        return self._editor
+
+    def map_editor(self) -> MapEditor:
+        if self._map_editor is None:
+            self._map_editor, _ = fit_local_sources(self.splits["train"], self.splits["val"], self.captions,
+                                                    load_vocabulary(self.config.vocabulary), self.config, self.log)
+        return self._map_editor
+
+    def inputs(self, top: TowersTop, train_config: TrainConfig) -> dict:
+        """The `lace.train.train` inputs of one fine-tune of `top`."""
+        inputs = {"dataset": self.pairs(top), "encoder": top}
+        if train_config.uses_counterfactuals:
+            inputs["editor"] = self.editor()
+        if train_config.local_image_negatives:
+            inputs["local_editor"] = self.map_editor()
+        return inputs
 
 
 def captions_per_image(split: TopSplit, captions: list[str]) -> list[list[str]]:
@@ -78,29 +161,25 @@ def captions_per_image(split: TopSplit, captions: list[str]) -> list[list[str]]:
     return grouped
 
 
-def local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocabulary, n_edits: int, seed: int = 0,
-                  group: str = "colour", log=print) -> tuple[object, dict]:
-    """The map editor of `group` fitted on the training images, and its figures: the share of validation
+def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocabulary, config: TopsStudyConfig,
+                      log=print) -> tuple[MapEditor, dict]:
+    """The map editor of the local group fitted on the training images, and its figures: the share of validation
     images with a valid edit per slot, the reader's fit, and the local codes' alignment."""
-    started = time.perf_counter()
-    if not len(val.image_maps):
-        raise LaceInputError("flickr8k tower-top arms: the validation split has no images to measure the local edits on")
+    started, group, n_edits = time.perf_counter(), config.local.group, config.local.n_edits
     mentions, names = group_mentions(vocabulary, group, captions_per_image(train, captions))
     maps = torch.from_numpy(np.asarray(train.image_maps))
-    editor = fit_map_editor(maps, mentions, names, seed=seed)
+    editor = fit_map_editor(maps, mentions, names, seed=0)
     shares = []
     for start in range(0, len(val.image_maps), 500):
         edits = editor.edit(torch.from_numpy(np.asarray(val.image_maps[start:start + 500])), n_edits)
         shares.append(edits.valid.float())
     valid = torch.cat(shares)
-    codes = LocalConceptCodes(n_atoms=64, sparsity=4, random_state=seed).fit(
+    codes = LocalConceptCodes(n_atoms=64, sparsity=4, random_state=0).fit(
         regions_of(maps[::4]).reshape(-1, maps.shape[1]))
-    train_codes = codes.transform(regions_of(maps))
-    codes.label(editor.editor.reader, train_codes, mentions, names)
+    codes.label(editor.editor.reader, codes.transform(regions_of(maps)), mentions, names)
     figures = {"group": group, "concepts": names, "images_mentioning": mentions.sum(0).tolist(),
                "reader_mention_loss": editor.editor.reader.mention_loss_,
-               "val_valid_share": {f"slot{m} ({kind})": float(valid[:, m].mean())
-                                   for m, kind in enumerate(edits.kinds)},
+               "val_valid_share": {f"slot{m} ({kind})": float(valid[:, m].mean()) for m, kind in enumerate(edits.kinds)},
                "val_any_valid_share": float(valid.any(dim=1).float().mean()),
                "local_codes": {"fvu": codes.fvu(regions_of(maps[1::8])), **codes.summary()},
                "seconds": time.perf_counter() - started}
@@ -108,129 +187,125 @@ def local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocabular
     return editor, figures
 
 
-def dictionary_sources(top: TowersTop, train: TopSplit, captions: list[str], vocabulary: str, folder: Path,
-                       atoms: int, sparsity: int, seconds: float, log=print) -> tuple[object, dict]:
-    """The pooled LACE editor: a concept dictionary fitted on the base's training embeddings (reused from
-    `folder` when there), and its alignment figures."""
-    if not folder.is_dir() or not any(folder.iterdir()):
-        images, texts = embed_top_split(top, train)
-        features = SplitFeatures("train", images, texts, [captions[r] for r in train.caption_rows],
-                                 train.caption_image_index, [""] * len(images))
-        fit_dictionary(images, texts, features, vocabulary, atoms, sparsity, seconds, folder, log=log)
-    labelled = load_labelled_dictionary(folder)
-    figures = alignment_figures(labelled)
-    return build_editor(labelled, EditConfig()), {key: figures[key] for key in ("quality", "tau_align",
-                                                                                 "aligned_atoms") if key in figures}
-
-
 class SplitItems:
-    """A split's SugarCrepe-style items and the cached token states of their negatives."""
+    """A split's SugarCrepe-style items and the cached token states of their negatives; and zero-shot, when asked."""
 
     def __init__(self, top: TowersTop, rules: RuleNegatives, split: TopSplit, captions: list[str], cache: str,
-                 per_kind: int = 1000):
+                 config: TopsStudyConfig):
         split_captions = [captions[r] for r in split.caption_rows]
-        self.items = sugarcrepe_style_items(rules, split_captions, split.caption_image_index, per_kind)
-        self.states = cached_text_top_features(top.encoder, [item["negative_caption"] for item in self.items], cache)
+        self.split = split
+        self.items = sugarcrepe_style_items(rules, split_captions, split.caption_image_index, config.items_per_kind)
+        self.states = cached_text_top_features(top.encoder, [item["negative_caption"] for item in self.items], cache,
+                                               progress=config.progress)
+        self.zeroshot = None
+        if config.zeroshot_root:
+            self.zeroshot = EvalConfig(benchmarks=("zeroshot",), zeroshot_root=config.zeroshot_root,
+                                       zeroshot_classnames=config.zeroshot_classnames,
+                                       zeroshot_templates=config.zeroshot_templates)
 
     @torch.no_grad()
-    def measure(self, top: TowersTop, split: TopSplit) -> dict:
-        images, texts = embed_top_split(top, split)
+    def measure(self, top: TowersTop) -> dict:
+        images, texts = embed_top_split(top, self.split)
         negatives = encode_captions(top, self.states, np.arange(len(self.items)), chunk=512)
         figures = {f"sugarcrepe_style/{kind}": value for kind, value in score_items(images, texts, negatives,
                                                                                     self.items).items()}
-        return {**recall_of(images, texts, split), **figures}
+        figures = {**recall_of(images, texts, self.split), **figures}
+        if self.zeroshot is not None:  # the user's image folder, through the whole towers and this model's tops
+            figures.update({f"zeroshot/{key}": value
+                            for key, value in zeroshot_figures(top.encoder, "tops", self.zeroshot).items()})
+        return figures
 
 
-def run_arms(data: str, cache: str, out: str, arms: list[str], finetune: TopTraining, seeds: int, split: str,
-             base_share: float = 0.5, n_edits: int = 4, local_n_edits: int = 2, vocabulary: str = "natural",
-             atoms: int = 512, sparsity: int = 8, dictionary_seconds: float = 150.0, log=print) -> dict:
-    """Fine-tune every arm of `arms` from the protocol's base for each seed; measure on `split`."""
-    check_variants(arms, "flickr8k tower-top arms", "arms")
-    switches = {arm: top_arm(arm) for arm in arms}
-    out = Path(out)
-    dataset = read_flickr8k(data)
+def _dictionary_stage(runner: StageRunner, key: str, config: TopsStudyConfig, base: TowersTop, train: TopSplit,
+                      captions: list[str], folder: Path, log) -> dict:
+    def work() -> dict:
+        images, texts = embed_top_split(base, train)
+        features = SplitFeatures("train", images, texts, [captions[r] for r in train.caption_rows],
+                                 train.caption_image_index, [""] * len(images))
+        labelled = fit_dictionary(images, texts, features, dataclasses.replace(config.dictionary,
+                                                                                vocabulary=config.vocabulary),
+                                  folder, config.progress, log)
+        figures = alignment_figures(labelled)
+        return {k: figures[k] for k in ("quality", "tau_align", "aligned_atoms") if k in figures}
+
+    return runner.run("dictionary", key, work)
+
+
+# long: the study's stages in order (base, sources, every arm and seed trained and measured, the summary), each one
+# cached call, so that it reads top to bottom
+def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
+    """Run (or resume) the study; write `arms-<split>.json` and `arms-<split>.md` into `config.out`."""
+    config.validate()
+    out = prepare_study_folder(config.out, overwrite=False)
+    atomic_write_json(out / MARKER, {"study": "flickr8k-tops", "data": str(config.data)})
+    runner = StageRunner(out, log=log)
+    cache = config.feature_cache or str(out / "features")
+    dataset = read_flickr8k(config.data)
     captions = list(dataset.captions)
-    top = load_base(out)
-    splits = top_splits(data, cache, top.encoder)
-    _, rest_rows = base_images(len(splits["train"].image_maps), base_share)
+    splits = top_splits(config.data, cache, TowersDualEncoder().eval(), progress=config.progress)
+    base_rows, rest_rows = base_images(len(splits["train"].image_maps), config.base_share)
     finetune_split = splits["train"].subset(rest_rows, "train-rest")
-    words = load_vocabulary(vocabulary)
-    rules = RuleNegatives(words)
-    sources = TopNegativeSources(n_edits=n_edits, local_n_edits=local_n_edits)
+    data_key = stage_key(str(config.data), {n: (len(s.image_maps), len(s.caption_rows)) for n, s in splits.items()},
+                         captions[:5])
+
+    base_settings = config.base
+    base_path = out / "models" / "base.safetensors"
+    base_key = stage_key(data_key, config.base_share, dataclasses.asdict(base_settings))
+
+    def base_stage() -> dict:
+        top = TowersTop(TowersDualEncoder().eval())
+        summary = heads_base(top, splits["train"].subset(base_rows, "train-base"), base_settings, config.progress)
+        save_top_checkpoint(top, base_path)
+        return {"train": summary, "checkpoint": str(base_path.relative_to(out)), "images": len(base_rows)}
+
+    base = runner.run("base", base_key, base_stage)
+    base_top = load_top(base_path)
+    dictionary_key = stage_key(base_key, config_to_dict(config.dictionary), config.vocabulary)
     figures: dict = {}
-    if any(s.uses_rule_captions for s in switches.values()):
-        sources.rules = rule_states(top, rules, captions, finetune_split.caption_rows, cache)
-        figures["rule_negatives"] = {"captions": len(finetune_split.caption_rows),
-                                     "with_a_negative": int((sources.rules.row_of_caption >= 0).sum())}
-    if any(s.uses_counterfactuals for s in switches.values()):
-        sources.editor, figures["dictionary"] = dictionary_sources(
-            top, splits["train"], captions, vocabulary, out / "models" / "dictionary", atoms, sparsity,
-            dictionary_seconds, log)
-    if any(s.local_image_negatives for s in switches.values()):
-        sources.map_editor, figures["local_editor"] = local_sources(splits["train"], splits["val"], captions, words,
-                                                                    local_n_edits, log=log)
-    measured = SplitItems(top, rules, splits[split], captions, cache)
-    runs = {"base": [_arm_run(out / "arms" / "base.json", split, None, lambda: (top, {}),
-                              lambda model: measured.measure(model, splits[split]))]}
-    for seed in range(seeds):  # every arm of a seed before the next seed: a stopped run still compares them
-        for arm in arms:
+    sources = ArmSources(config, out, cache, splits, finetune_split, captions,
+                         lambda: figures.setdefault("dictionary", _dictionary_stage(
+                             runner, dictionary_key, config, base_top, splits["train"], captions,
+                             out / "models" / "dictionary", log)), log)
+    measured = SplitItems(base_top, sources.items_rules, splits[config.split], captions, cache, config)
+    measure_key = stage_key(config.split, config.items_per_kind, config.zeroshot_root, config.zeroshot_classnames,
+                            config.zeroshot_templates)
+    runs = {"base": [runner.run(f"{config.split}-base", stage_key(base_key, measure_key),
+                                lambda: measured.measure(base_top))]}
+    seconds: dict[str, list[float]] = {}
+    for seed in range(config.seeds):  # every arm of a seed before the next seed: a stopped run still compares them
+        for arm in config.arms:
             name = f"{arm_slug(arm)}-seed{seed}"
             checkpoint = out / "models" / f"finetune-{name}.safetensors"
+            train_config = arm_train_config(config, arm, seed, len(finetune_split.image_maps), out / "runs" / name)
+            train_key = stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
+                                  dictionary_key if train_config.uses_counterfactuals else None)
 
-            def train_arm(arm=arm, seed=seed, checkpoint=checkpoint) -> tuple[TowersTop, dict]:
-                model = load_base(out)
-                summary = train_top(model, finetune_split, finetune, seed, arm, sources)
+            def train_stage(train_config=train_config, checkpoint=checkpoint) -> dict:
+                model = load_top(base_path)
+                summary = train_summary(train_config, config.progress, **sources.inputs(model, train_config))
                 save_top_checkpoint(model, checkpoint)
-                log(f"{arm} seed {seed}: trained {summary['steps']} steps in {summary['seconds']:.0f}s")
-                return model, {"train": summary, "checkpoint": str(checkpoint.relative_to(out))}
+                return {**summary, "checkpoint": str(checkpoint.relative_to(out))}
 
-            run = _arm_run(out / "arms" / f"{name}.json", split, checkpoint, train_arm,
-                           lambda model: measured.measure(model, splits[split]))
-            log(f"{arm} seed {seed}: {split} " + ", ".join(f"{k} {v:.3f}" for k, v in run[split].items()
-                                                        if k in _SHOWN))
+            trained = runner.run(f"train-{name}", train_key, train_stage)
+            run = runner.run(f"{config.split}-{name}", stage_key(train_key, measure_key),
+                             lambda checkpoint=checkpoint: measured.measure(load_top(checkpoint)))
+            log(f"{arm} seed {seed}: {config.split} " + ", ".join(f"{k} {v:.3f}" for k, v in run.items() if k in _SHOWN))
             runs.setdefault(arm, []).append(run)
-    result = {"split": split, "arms": list(arms), "seeds": seeds, "finetune_settings": dataclasses.asdict(finetune),
-              "finetune_images": len(finetune_split.image_maps), "items": len(measured.items), **figures,
-              "summary": summarise(runs, split), "runs": runs}
-    atomic_write_json(out / f"arms-{split}.json", result)
-    atomic_write_text(out / f"arms-{split}.md", arms_table(result))
+            seconds.setdefault(arm, []).append(trained["seconds"])
+    if sources._map_editor is not None or any(variant_config(TrainConfig(), a).local_image_negatives
+                                              for a in config.arms):
+        figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.local)),
+                                             lambda: fit_local_sources(splits["train"], splits["val"], captions,
+                                                                       load_vocabulary(config.vocabulary), config,
+                                                                       log)[1])
+    metrics = METRICS + tuple(k for k in runs["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
+    result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
+              "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
+              "items": len(measured.items), **figures,
+              "summary": summarise_over_seeds(runs, metrics, seconds), "runs": runs}
+    atomic_write_json(out / f"arms-{config.split}.json", result)
+    atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
     return result
-
-
-_SHOWN = ("i2t/R@1", "t2i/R@1", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj")
-
-
-def _arm_run(path: Path, split: str, checkpoint: Path | None, train, measure) -> dict:
-    """The record at `path`, measured on `split` when it is not yet: the model is read from `checkpoint`
-    when there, else trained (`train() -> (model, record fields)`, which saves it)."""
-    record = read_json(path) if path.is_file() else {}
-    if split not in record:
-        if checkpoint is not None and checkpoint.is_file():
-            model = TowersTop(load_towers_checkpoint(checkpoint).eval())
-        else:
-            model, fields = train()
-            record.update(fields)
-        record[split] = measure(model)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, record)
-    return record
-
-
-METRICS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj",
-           "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel")
-
-
-def summarise(runs: dict[str, list[dict]], split: str) -> dict:
-    """Mean, standard deviation (ddof 1) and n over seeds of each metric, per arm; training seconds."""
-    summary = {}
-    for arm, records in runs.items():
-        values = {m: np.array([r[split][m] for r in records if m in r[split]], dtype=float) for m in METRICS}
-        summary[arm] = {m: {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
-                            "n": int(v.size)} for m, v in values.items() if v.size}
-        seconds = [r["train"]["seconds"] for r in records if "train" in r]
-        if seconds:
-            summary[arm]["train_seconds"] = float(np.mean(seconds))
-    return summary
 
 
 def arms_table(result: dict) -> str:
@@ -243,10 +318,10 @@ def arms_table(result: dict) -> str:
               "train s |"), "|---|---|---|---|---|---|---|---|"]
     plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
     for arm, figures in summary.items():
-        cells = [f"{figures[c]['mean']:.3f} ± {figures[c]['std']:.3f} ({figures[c]['n']})" if c in figures else "–"
-                 for c in columns]
+        cells = [f"{figures[c]['mean']:.3f} ± {figures[c]['std']:.3f} ({figures[c]['n']})"
+                 if figures.get(c, {}).get("n") else "–" for c in columns]
         delta = (f"{100 * (figures[columns[0]]['mean'] - plain):+.1f} pts"
-                 if plain is not None and columns[0] in figures else "–")
+                 if plain is not None and figures.get(columns[0], {}).get("n") else "–")
         seconds = f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {delta} | {seconds} |")
     checks = target_checks(summary)
@@ -278,4 +353,4 @@ def target_checks(summary: dict, arm: str = "LACE-local") -> list[dict]:
     return checks
 
 
-__all__ = ["TOP_ARMS", "arms_table", "run_arms", "summarise", "target_checks"]
+__all__ = ["arm_train_config", "arms_table", "run_tops_study", "target_checks"]

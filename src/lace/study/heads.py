@@ -19,11 +19,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lace.encoders.towers import image_tower, text_tower
-from lace.encoders.towers.checkpoint import read_checkpoint, save_heads_checkpoint
-from lace.encoders.towers.heads import ProjectionHead
-from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
-from lace.experiment.variants import variant_config
+from lace.edits.config import EditConfig
+from lace.encoders.towers import (
+    TowersConfig,
+    TowersDualEncoder,
+    read_checkpoint,
+    save_heads_checkpoint,
+)
+from lace.experiment.variants import variant_config, with_changes
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures
 from lace.train import TrainConfig, train
@@ -40,12 +43,12 @@ class CaptionNegatives:
 
 def heads_train_config(settings: HeadsTraining, n_images: int, seed: int, variant: str, n_edits: int,
                        vocabulary: str, output: str | Path) -> TrainConfig:
-    """The `TrainConfig` of one heads run: `settings`' optimiser and schedule, `variant`'s switches."""
-    config = TrainConfig(
-        model="lace-towers", output=str(output), overwrite=True, device="cpu", seed=seed, lr=settings.lr,
-        weight_decay=settings.weight_decay, epochs=settings.epochs, batch_size=min(settings.batch_size, n_images),
-        warmup_steps=settings.warmup_steps, grad_clip_norm=settings.grad_clip_norm, n_edits=n_edits,
-        vocabulary=vocabulary, checkpoint_every=0, keep_checkpoints=1, log_every=1, precision="fp32")
+    """The `TrainConfig` of one heads run: `settings`' delta (`HeadsTraining.train_changes`), `variant`'s
+    switches."""
+    config = TrainConfig(model="lace-towers", output=str(output), overwrite=True, device="cpu", seed=seed,
+                         edit=EditConfig(n_edits=n_edits), vocabulary=vocabulary, checkpoint_every=0,
+                         keep_checkpoints=1, log_every=1, precision="fp32")
+    config = with_changes(config, {**settings.train_changes(), "batch_size": min(settings.batch_size, n_images)})
     return variant_config(config, variant)
 
 
@@ -92,11 +95,7 @@ def fresh_heads(encoder: TowersDualEncoder, settings: HeadsTraining, seed: int) 
     config = TowersConfig(embed_dim=settings.embed_dim, head_hidden_dim=settings.hidden_dim,
                           head_dropout=settings.dropout, init_logit_scale=math.log(1 / settings.init_temperature))
     torch.manual_seed(seed)
-    encoder.config = config
-    encoder.image_head = ProjectionHead(image_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim, config.head_dropout)
-    encoder.text_head = ProjectionHead(text_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim, config.head_dropout)
-    with torch.no_grad():
-        encoder.logit_scale.fill_(config.init_logit_scale)
+    encoder.replace_heads(config)
     encoder.eval()
     return encoder
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers.model import TowersDualEncoder
+from lace.encoders.towers import TowersDualEncoder
 from lace.eval.brittleness import rule_edit_brittleness
 from lace.eval.measure import MeasureConfig, MeasuredSplit, measure, register
 from lace.eval.metrics import pairwise_accuracy

@@ -41,20 +41,9 @@ def _thumbnail(path: str, size: int = 160) -> Image.Image:
         return image.copy()
 
 
-# long: the report's seven sections in reading order, each a heading, tables or figures and sentences
-def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
-    figures_dir = out / "figures"
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    report = Report("LACE on real photographs: Flickr8k with locked towers")
-    summary, base_figures = results["summary"], results["base_figures"]
-    data, wall = results["data"], results["wall_seconds"]
-    report.paragraph(
-        "Frozen EfficientNet-Lite0 (images) and all-MiniLM-L6-v2 (captions) towers with trainable heads (LiT style), "
-        f"trained and measured on Flickr8k's fixed split ({data['train']['images']} train, {data['val']['images']} "
-        f"validation, {data['test']['images']} test images; five captions each). Everything below is read from "
-        "results.json in this folder.")
-
-    # 1. features ----------------------------------------------------------------------------
+def _features_section(report: Report, results: dict, out: Path) -> None:
+    """Section 1: the tower features, the rule-made captions encoded once, and each stage's wall time."""
+    wall = results["wall_seconds"]
     report.heading("1. Tower features")
     throughput = results["throughput"]
     report.table(Table(
@@ -73,7 +62,11 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
                        [[name, seconds, results["reused_stages"].get(name)] for name, seconds in wall.items()],
                        "Wall time of each stage (reused: read from an earlier run of this study).", digits=1))
 
-    # 2. base ----------------------------------------------------------------------------------
+
+def _base_section(report: Report, results: dict, out: Path) -> None:
+    """Section 2: the base heads chosen on validation, and the base on test."""
+    base_figures = results["base_figures"]
+    data = results["data"]
     report.heading("2. Base heads (plain loss, chosen on validation)")
     grid_rows = []
     for i, row in enumerate(results["base"]["grid"]):
@@ -89,7 +82,10 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
                        f"Base on the {data['test']['images']} test images and {data['test']['captions']} captions "
                        f"(chance at R@1 is {chance:.4f} for t2i)."))
 
-    # 3. geometry ------------------------------------------------------------------------------
+
+def _geometry_section(report: Report, results: dict, out: Path) -> None:
+    """Section 3: hubness, one-way neighbours, mutual k-NN and brittleness of the base."""
+    base_figures = results["base_figures"]
     report.heading("3. Geometry of the base")
     hub_rows = [[f"{direction} {name}", base_figures.get(f"hubness/{direction}/{name}"),
                  base_figures.get(f"isotropic/hubness/{direction}/{name}")]
@@ -107,7 +103,10 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
                        "Share of (image, true caption, one edit) where the edited caption scores above the true one; "
                        "rule edits encoded as captions, counterfactual edits made by the dictionary of section 4."))
 
-    # 4. dictionary ----------------------------------------------------------------------------
+
+def _dictionary_section(report: Report, results: dict, out: Path) -> None:
+    """Section 4: the dictionary's quality, its atoms' alignment and each concept's best atom with its top images."""
+    figures_dir = out / "figures"
     dictionary = results["dictionary"]
     report.heading("4. Concept dictionary of the base")
     quality = dictionary["quality"]
@@ -122,7 +121,7 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
           dictionary["share_best_at_least_0.5_shuffled"]]],
         f"Atom alignment of {dictionary['n_concepts']} concepts (caption-mean directions) against the same directions "
         f"with shuffled coordinates. tau_align = {dictionary['tau_align']:.3f} "
-        f"({'calibrated on random directions of the data' if results['config']['tau_align'] is None else 'set'}): "
+        f"({'calibrated on random directions of the data' if results['config']['dictionary']['tau_align'] is None else 'set'}): "
         f"{dictionary['aligned_atoms']} of {dictionary['n_atoms']} atoms aligned, "
         f"owning {dictionary['concepts_owning_aligned_atoms']} concepts."))
     examples = dictionary["examples"]
@@ -139,7 +138,10 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
         grid = plots.image_grid(rows, figures_dir / "atom_top_images.png", "Test images using each best atom most")
         report.figure(grid.relative_to(out), "Top test images of each concept's best atom.")
 
-    # 5. edit retrieval ---------------------------------------------------------------------------
+
+def _edit_retrieval_section(report: Report, results: dict, out: Path) -> None:
+    """Section 5: edit retrieval against its controls, one transplant's code and neighbours, and the edit grids."""
+    figures_dir = out / "figures"
     report.heading("5. Edit retrieval on real photographs")
     edit_rows = results["edit_retrieval"]["rows"]
     report.table(Table(
@@ -165,7 +167,7 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
             [("before", np.asarray(first["example"]["codes_before"])),
              (f"after {first['source']} -> {first['target']} x{first['strength']:g}",
               np.asarray(first["example"]["codes_after"]))],
-            dictionary["atom_labels"], figures_dir / "transplant_atoms.png",
+            results["dictionary"]["atom_labels"], figures_dir / "transplant_atoms.png",
             "Active atoms of one test image before and after a transplant")
         report.figure(atoms.relative_to(out), "Sparse code of one test image before and after the transplant.")
         grid = plots.image_grid(
@@ -182,7 +184,12 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
     for name, grid in results["edit_grids"].items():
         add_edit_grid(report, name, grid)
 
-    # 6. fine-tunes ------------------------------------------------------------------------------
+
+def _finetunes_section(report: Report, results: dict, out: Path) -> None:
+    """Section 6: every fine-tune over seeds: retrieval, geometry, composition, cost and zero-shot."""
+    summary = results["summary"]
+    base_figures = results["base_figures"]
+    figures_dir = out / "figures"
     report.heading("6. Fine-tunes from the base")
     settings = results["finetune_settings"]
     report.paragraph(
@@ -224,10 +231,32 @@ def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
     histogram = plots.nk_histograms(counts, figures_dir / "nk_i2t.png", "N_10 of captions (image queries)", 10)
     report.figure(histogram.relative_to(out), "How often each test caption is in an image's top 10 (first seed).")
 
-    # 7. plain statement ------------------------------------------------------------------------
+
+def _statement_section(report: Report, results: dict, out: Path) -> None:
+    """Section 7: the plain statement of what LACE changed."""
+    summary = results["summary"]
     report.heading("7. What LACE changed, and what it did not")
     report.bullets(base_statement(results) + plain_statement(summary))
     report.bullets(CAVEATS)
+
+
+SECTIONS = (_features_section, _base_section, _geometry_section, _dictionary_section, _edit_retrieval_section,
+            _finetunes_section, _statement_section)
+"""The report's sections in reading order."""
+
+
+def write_study_report(results: dict, out: Path) -> tuple[Path, Path]:
+    """report.md and report.html of a finished study (read from its results), with their figures under out/figures."""
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    report = Report("LACE on real photographs: Flickr8k with locked towers")
+    data = results["data"]
+    report.paragraph(
+        "Frozen EfficientNet-Lite0 (images) and all-MiniLM-L6-v2 (captions) towers with trainable heads (LiT style), "
+        f"trained and measured on Flickr8k's fixed split ({data['train']['images']} train, {data['val']['images']} "
+        f"validation, {data['test']['images']} test images; five captions each). Everything below is read from "
+        "results.json in this folder.")
+    for section in SECTIONS:
+        section(report, results, out)
     return report.write(out)
 
 

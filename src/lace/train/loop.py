@@ -181,14 +181,14 @@ class Trainer:
         self.rules = None
         if config.uses_rule_captions and not self.features:
             self.rules = RuleNegatives(load_vocabulary(config.vocabulary), config.rule_negative_kinds)
-        self.local_editor = local_editor
+        self.local_editor = local_editor if config.local_image_negatives else None  # an arm takes only its own
         if config.local_image_negatives and local_editor is None:
             self.local_editor = self._fit_local_editor()
         self.concept_token_ids = None
         if config.local_caption_swaps:
             self.concept_token_ids = group_token_ids(self.encoder.tokenize, load_vocabulary(config.vocabulary),
                                                      config.local.group)
-        self.rendered = rendered
+        self.rendered = rendered if config.rendered_negatives else None
         if config.rendered_negatives and rendered is None:
             self.rendered = self._render_negatives()
         self.bf16 = config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda")

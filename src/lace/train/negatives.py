@@ -106,12 +106,14 @@ def check_editor_dimension(editor, embed_dim: int, where: str) -> None:
 
 
 def counterfactual_negatives(
-    editor, U: Tensor, V: Tensor, n_edits: int, captions: bool, images: bool, source: str,
-    generator: torch.Generator | None,
+    editor, U: Tensor, V: Tensor, n_edits: int, captions: bool = True, images: bool = True,
+    source: str = "dictionary", generator: torch.Generator | None = None,
 ) -> Negatives:
     """Counterfactual negatives of a batch: edits of V[i] for row i (captions), of U[j] for row j (images).
 
-    U, V: (B, d) unit embeddings with gradient. Runs in float32 outside autocast, since
+    U, V: (B, d) unit embeddings with gradient; source: "dictionary" (LACE's edits of sparse codes) or
+    "concept_arithmetic" (the same edits along plain concept directions); generator: the draws of the
+    edits (None: the global generator). Runs in float32 outside autocast, since
     sparse coding in bf16 would pick different atoms.
     """
     make = editor.counterfactuals if source == "dictionary" else editor.concept_arithmetic

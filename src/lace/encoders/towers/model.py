@@ -67,6 +67,18 @@ class TowersDualEncoder(DualEncoder):
         self.unlocked_blocks = (0, 0)
         self.unlock_top_blocks(0, 0)
 
+    def replace_heads(self, config: TowersConfig) -> TowersDualEncoder:
+        """New heads and logit scale of the shape and start `config` gives (drawn from the global random stream);
+        the towers stay."""
+        self.config = config
+        self.image_head = ProjectionHead(image_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim,
+                                         config.head_dropout)
+        self.text_head = ProjectionHead(text_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim,
+                                        config.head_dropout)
+        with torch.no_grad():
+            self._logit_scale.fill_(config.init_logit_scale)
+        return self
+
     # --- DualEncoder -------------------------------------------------------------------
     @property
     def embed_dim(self) -> int:

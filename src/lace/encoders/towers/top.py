@@ -122,6 +122,13 @@ class TowersTop(torch.nn.Module):
         """The trainable parameters that start pretrained (the top layers), which train at a scaled learning rate."""
         return [p for p in [*self.image_top.parameters(), *self.text_top.parameters()] if p.requires_grad]
 
+    def state_dict(self, *args, **kwargs):
+        """The encoder's own state: the tops are its modules under a second name, saved once."""
+        return self.encoder.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self.encoder.load_state_dict(state_dict, strict=strict, assign=assign)
+
     def train(self, mode: bool = True) -> TowersTop:
         """The encoder decides which parts follow `mode` (its BatchNorm layers never do)."""
         self.training = mode

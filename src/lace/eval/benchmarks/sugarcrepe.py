@@ -4,7 +4,9 @@ Layout: `<root>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_att,sw
 each a dict id -> {"filename", "caption", "negative_caption"}, and the COCO val2017 images
 (default `<root>/val2017`). Score as the authors' `main_eval.py`: share of items with
 s(image, caption) > s(image, negative_caption) (a tie is wrong), per file; `mean` over the
-seven files is lace's addition.
+seven files is lace's addition. So is the split of the two swap files by words (`pairs.same_words_split`):
+`swap_att/same_words`, `swap_att/other`, `swap_att/same_words_share`, the same for `swap_obj`; the files'
+own figures and `mean` stay the authors'.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from lace.eval.benchmarks.base import (
     register_benchmark,
     text_field,
 )
-from lace.eval.benchmarks.pairs import PairItems, score_pairs
+from lace.eval.benchmarks.pairs import PairItems, pair_scores, same_words_split
 from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.metrics import pairwise_accuracy
 
 SUGARCREPE_FILES = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+SWAP_FILES = ("swap_att", "swap_obj")
 COCO_URL = "cocodataset.org (val2017 images)"
 
 
@@ -57,7 +61,12 @@ class SugarCrepe(Benchmark):
         progress: bool = False,
     ) -> dict[str, float]:
         cache = cache_for(encoder, cache, progress)
-        figures = {name: score_pairs(cache, items) for name, items in data.items()}
+        figures, split = {}, {}
+        for name, items in data.items():
+            positive, negative = pair_scores(cache, items)
+            figures[name] = pairwise_accuracy(positive, negative)
+            if name in SWAP_FILES:
+                split.update(same_words_split((positive > negative).numpy(), items.captions, items.negatives, name))
         figures["mean"] = sum(figures.values()) / len(figures)
-        return figures
+        return figures | split
 

@@ -3,7 +3,9 @@
 - `benchmarks/<split>.json`: items {"family", "filename", "caption", "negative_caption",
   "negative_filename"}, paths relative to the world folder. Both directions per family:
   i2t, s(image, caption) > s(image, negative_caption); t2i, s(caption, image) >
-  s(caption, negative_image).
+  s(caption, negative_image). Swap families are also split by words (`pairs.same_words_split`):
+  `<direction>/<family>/same_words` where caption and negative caption hold the same multiset of words,
+  `<direction>/<family>/other` for the rest, and `<direction>/<family>/same_words_share`.
 - `benchmarks/<split>_winoground.json`: {"id", "image_0", "image_1", "caption_0",
   "caption_1"} with caption_i describing image_i; Winoground's text, image, group scores.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lace.data.world.benchmarks import SWAP_FAMILIES
 from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.base import (
     Benchmark,
@@ -23,6 +26,7 @@ from lace.eval.benchmarks.base import (
     register_benchmark,
     text_field,
 )
+from lace.eval.benchmarks.pairs import same_words_split
 from lace.eval.benchmarks.winoground import WinogroundItems, winoground_score_tensor
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import group_accuracy, winoground_scores
@@ -83,6 +87,10 @@ class World(Benchmark):
             for family, value in group_accuracy(correct, data.families).items():
                 figures[f"{direction}/{family}"] = value
             figures[f"{direction}/all"] = float(np.mean(correct)) if len(correct) else float("nan")
+            for family in sorted(set(data.families) & set(SWAP_FAMILIES)):
+                rows = [i for i, f in enumerate(data.families) if f == family]
+                figures.update(same_words_split(correct[rows], [data.captions[i] for i in rows],
+                                                [data.negative_captions[i] for i in rows], f"{direction}/{family}"))
         if data.winoground.ids:
             scores = winoground_scores(winoground_score_tensor(cache, data.winoground))
             figures.update({f"winoground/{name}": value for name, value in scores.items()})
