@@ -6,6 +6,7 @@ import atexit
 import functools
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -13,12 +14,14 @@ import torch
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
 from lace.demo import DemoConfig
+from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.demo.pipeline import Foundation, demo_model_and_dictionary
 from lace.encoders import load_encoder
 from lace.explore.state import ExploreSession, build_model_view, build_session
 
-TINY = DemoConfig(world_images=240, base_steps=30, finetune_steps=3, batch_size=32, atoms=16, sparsity=3,
-                  n_edits=2, progress=False)
+TINY = DemoConfig(world_images=240, base_steps=30, batch_size=32,
+                  dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
+                  finetune=replace(DEMO_FINETUNE, steps=3, edit=replace(DEMO_FINETUNE.edit, n_edits=2)), progress=False)
 K = 5
 
 

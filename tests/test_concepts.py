@@ -157,3 +157,26 @@ def test_one_plural_table_for_directions_bindings_and_rule_edits():
     matcher = BindingMatcher(vocabulary)
     grey, wolf = vocabulary.names.index("grey"), vocabulary.names.index("wolf")
     assert matcher.bindings("two grey wolves") == {(grey, wolf)}
+
+
+def test_image_mentions_count_each_images_captions_naming_each_concept_once():
+    from functools import partial
+
+    from lace.concepts.directions import mention_matrix
+    from lace.concepts.image_mentions import flat_captions, image_mentions
+    from lace.concepts.vocabulary import load_vocabulary
+    from lace.local.editor import group_mentions
+
+    vocabulary = load_vocabulary("natural")
+    per_image = [["a red dog and a red cat", "a dog"], [], ["a teddy", "bear on a red table"]]
+    captions, owner = flat_captions(per_image)
+    assert captions == ["a red dog and a red cat", "a dog", "a teddy", "bear on a red table"]
+    assert owner.tolist() == [0, 0, 2, 2]
+    counts = image_mentions(captions, owner, 3, partial(mention_matrix, vocabulary), len(vocabulary.concepts))
+    column = {name: i for i, name in enumerate(vocabulary.names)}
+    assert counts[0, column["red"]] == 1 and counts[0, column["dog"]] == 2 and counts[0, column["cat"]] == 1
+    assert counts[1].sum() == 0 and counts[2, column["red"]] == 1
+    assert counts[2, column["teddy bear"]] == 0  # no phrase across two captions
+    mentions, names = group_mentions(vocabulary, "object", per_image)
+    assert not mentions[2, names.index("teddy bear")] and mentions[2, names.index("bear")]
+    assert image_mentions([], [], 2, partial(mention_matrix, vocabulary), 4).shape == (2, 4)

@@ -12,6 +12,7 @@ from lace.config import (
     load_config,
 )
 from lace.errors import LaceInputError
+from lace.experiment.dictionary import DictionaryConfig
 
 
 @dataclass
@@ -75,3 +76,88 @@ def test_nested_edit_config_from_flags_and_yaml(tmp_path):
     path.write_text("edit: {strenght: 3.0}\n")
     with pytest.raises(LaceInputError, match="strenght"):
         load_config(TrainConfig, path)
+
+
+def test_eval_config_nests_the_search_and_the_fixes_under_the_flags_and_yaml_names_it_had(tmp_path):
+    from lace.eval.neighbours import KnnOptions
+    from lace.eval.rerank import RerankOptions
+    from lace.eval.runner import EvalConfig
+
+    expected = (KnnOptions(backend="faiss", index="ivf", nprobe=3, seed=None),
+                RerankOptions(fixes=("csls", "qbnorm"), csls_k=5, qbnorm_beta=10.0, dn_weight=0.25))
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, EvalConfig)
+    args = parser.parse_args(["--knn", "faiss", "--knn-index", "ivf", "--knn-nprobe", "3", "--rerank", "csls,qbnorm",
+                              "--csls-k", "5", "--qbnorm-beta", "10", "--dn-weight", "0.25"])
+    from_flags = config_from_args(EvalConfig, args)
+    assert (from_flags.knn, from_flags.rerank) == expected
+    flat = tmp_path / "flat.yaml"  # a config file written before the search and the fixes were nested
+    flat.write_text("knn: faiss\nknn_index: ivf\nknn_nprobe: 3\nrerank: [csls, qbnorm]\ncsls_k: 5\n"
+                    "qbnorm_beta: 10\ndn_weight: 0.25\n")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("knn: {backend: faiss, index: ivf, nprobe: 3}\n"
+                      "rerank: {fixes: [csls, qbnorm], csls_k: 5, qbnorm_beta: 10, dn_weight: 0.25}\n")
+    for path in (flat, nested):
+        config = load_config(EvalConfig, path)
+        assert (config.knn, config.rerank) == expected, path
+    assert load_config(EvalConfig, flat) == from_flags
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("knn: {index: flat}\nknn_index: ivf\n")
+    with pytest.raises(LaceInputError, match="'knn_index' sets 'knn.index', which is also given"):
+        load_config(EvalConfig, twice)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("csls_k: 0\n")
+    with pytest.raises(LaceInputError, match=f"{bad}.*csls_k"):
+        load_config(EvalConfig, bad)
+
+
+def test_demo_config_nests_its_dictionary_and_keeps_atoms_and_sparsity(tmp_path):
+    from lace.demo.config import DEMO_DICTIONARY, DemoConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, DemoConfig)
+    flags = {name for action in parser._actions for name in action.option_strings}
+    assert {"--atoms", "--sparsity", "--dictionary-epochs", "--dictionary-calibration"} <= flags
+    assert not flags & {"--dictionary-atoms", "--dictionary-seed", "--dictionary-vocabulary"}  # the demo sets these
+    config = config_from_args(DemoConfig, parser.parse_args(["--atoms", "32", "--sparsity", "4",
+                                                             "--dictionary-epochs", "2"]))
+    assert config.dictionary == DictionaryConfig(**{**config_to_dict(DEMO_DICTIONARY), "atoms": 32, "sparsity": 4,
+                                                    "epochs": 2})
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("atoms: 64\nsparsity: 5\nseed: 2\n")
+    assert load_config(DemoConfig, flat).dictionary == DictionaryConfig(
+        **{**config_to_dict(DEMO_DICTIONARY), "atoms": 64, "sparsity": 5})
+    seeded = tmp_path / "seeded.yaml"
+    seeded.write_text("dictionary: {seed: 3}\n")
+    with pytest.raises(LaceInputError, match=r"field 'dictionary.seed'.*the demo sets it"):
+        load_config(DemoConfig, seeded)
+
+
+def test_demo_config_fine_tunes_a_train_config_delta_under_the_flags_and_yaml_names_it_had(tmp_path):
+    from dataclasses import replace
+
+    from lace.demo.config import DEMO_FINETUNE, DemoConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, DemoConfig)
+    flags = {name for action in parser._actions for name in action.option_strings}
+    assert {"--finetune-steps", "--finetune-lr", "--n-edits", "--edit-n-edits", "--counterfactual-weight",
+            "--edit-strength", "--local-layer", "--local-n-edits", "--refresh-dictionary-every",
+            "--finetune-weight-decay"} <= flags
+    assert not flags & {"--finetune-model", "--finetune-seed", "--finetune-local-image-negatives",
+                        "--finetune-edit-strength", "--finetune-batch-size"}  # the demo and its variants set these
+    expected = replace(DEMO_FINETUNE, steps=40, lr=1e-3, counterfactual_weight=0.5, weight_decay=0.0,
+                       edit=replace(DEMO_FINETUNE.edit, n_edits=8, strength=2.0),
+                       local=replace(DEMO_FINETUNE.local, layer="layer2"))
+    args = parser.parse_args(["--finetune-steps", "40", "--finetune-lr", "1e-3", "--n-edits", "8",
+                              "--edit-strength", "2", "--local-layer", "layer2", "--counterfactual-weight", "0.5",
+                              "--finetune-weight-decay", "0"])
+    assert config_from_args(DemoConfig, args).finetune == expected
+    flat = tmp_path / "flat.yaml"  # a demo config written before the fine-tune was nested
+    flat.write_text("finetune_steps: 40\nfinetune_lr: 0.001\nn_edits: 8\nedit: {strength: 2}\nlocal_layer: layer2\n"
+                    "counterfactual_weight: 0.5\n")
+    assert load_config(DemoConfig, flat).finetune == replace(expected, weight_decay=DEMO_FINETUNE.weight_decay)
+    model = tmp_path / "model.yaml"
+    model.write_text("finetune: {model: ViT-B-32}\n")
+    with pytest.raises(LaceInputError, match=r"field 'finetune.model'"):
+        load_config(DemoConfig, model)

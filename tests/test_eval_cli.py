@@ -97,13 +97,13 @@ def test_lace_eval_knn_faiss_searches_through_faiss_with_the_exact_figures(tiny_
     from lace.eval import faiss_search
 
     searched = []
-    original = faiss_search.faiss_neighbours
+    original = faiss_search.faiss_topk
 
     def spy(queries, gallery, k, options):
         searched.append((options.backend, options.index, options.nprobe))
         return original(queries, gallery, k, options)
 
-    monkeypatch.setattr(faiss_search, "faiss_neighbours", spy)
+    monkeypatch.setattr(faiss_search, "faiss_topk", spy)
     assert run_eval(tiny_world, tmp_path / "exact.json", "--rerank", "csls", "--no-baseline") == 0
     assert searched == []  # exact search stays the default
     assert run_eval(tiny_world, tmp_path / "faiss.json", "--rerank", "csls", "--no-baseline",

@@ -223,7 +223,7 @@ def test_without_arguments_the_demo_folder_decides_the_settings(tmp_path):
     finished = tmp_path / "finished"
     finished.mkdir()
     (finished / "results.json").write_text(json.dumps({"config": {"world_images": 1234, "atoms": 64}}))
-    assert (_demo_config(finished, False).world_images, _demo_config(finished, False).atoms) == (1234, 64)
+    assert (_demo_config(finished, False).world_images, _demo_config(finished, False).dictionary.atoms) == (1234, 64)
     under_way = tmp_path / "under-way"
     (under_way / "stages").mkdir(parents=True)
     assert _demo_config(under_way, False) == DemoConfig(progress=False)

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from lace.data.world import render_scene
-from lace.data.world.counterfactuals import colour_swapped, read_scenes, read_world_config
+from lace.data.world.counterfactuals import colour_swapped
+from lace.data.world.folder import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.edits import EditConfig
 from lace.edits.records import EDIT_KINDS

@@ -85,7 +85,8 @@ def test_mismatched_architectures_and_activations_are_refused(run_and_base, tmp_
 
 def test_the_tradeoff_curve_runs_from_the_base_to_each_fine_tune(tmp_path):
     from lace.eval.runner import EvalConfig, run_evaluation
-    from lace.report.wise_ft import wise_ft_tradeoff, zeroshot_top1
+    from lace.experiment.wise_ft import wise_ft_tradeoff
+    from lace.experiment.zeroshot import zeroshot_top1
 
     world = tiny_world(tmp_path / "world", 40, (0.5, 0.1, 0.3, 0.1), benchmark_items_per_family=1, coco_captions=2)
     torch.manual_seed(0)

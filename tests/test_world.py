@@ -480,3 +480,19 @@ def test_cli_writes_a_world_and_refuses_to_clobber(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
     assert main(args + ["--overwrite", "--objects", "3"]) == 0
     assert len(_scenes(out, "train")[0]["objects"]) == 3
+
+
+def test_one_reader_of_world_files_names_the_file_and_the_field(tmp_path):
+    import json
+
+    from lace.data.world.folder import read_scenes, read_world_config
+    from lace.errors import LaceInputError
+
+    with pytest.raises(LaceInputError, match="lace world --out"):
+        read_world_config(tmp_path)
+    (tmp_path / "world.json").write_text(json.dumps({"config": {"n_images": "many"}}))
+    with pytest.raises(LaceInputError, match=r"world\.json: field 'n_images'"):
+        read_world_config(tmp_path)
+    (tmp_path / "scenes_val.jsonl").write_text('{"id": "val_0", "objects": []}\n{"id": "val_1"}\n')
+    with pytest.raises(LaceInputError, match=r"scenes_val\.jsonl:2: field 'objects'"):
+        read_scenes(tmp_path, "val")

@@ -11,7 +11,8 @@ from sklearn.metrics import balanced_accuracy_score
 
 from lace.cli import main
 from lace.data.world import WorldConfig, generate_world
-from lace.data.world.zeroshot import ensure_zeroshot_tasks, world_config, zeroshot_scenes
+from lace.data.world.folder import read_world_config
+from lace.data.world.zeroshot import ensure_zeroshot_tasks, zeroshot_scenes
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import get_benchmark
 from lace.eval.benchmarks.zeroshot import class_embeddings
@@ -103,7 +104,7 @@ def tiny_world(tmp_path_factory):
 
 
 def test_world_tasks_show_what_their_class_says_and_are_written_once(tiny_world):
-    config = world_config(tiny_world)
+    config = read_world_config(tiny_world)
     for task, read in (("shape", lambda s: s["objects"][0]["shape"]), ("colour", lambda s: s["objects"][0]["colour"]),
                        ("count", lambda s: ["one shape", "two shapes", "three shapes", "four shapes"][
                            len(s["objects"]) - 1])):

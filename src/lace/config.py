@@ -13,12 +13,20 @@ and `config_from_args` builds the dataclass from (defaults < YAML file < flags).
 A field whose type is itself a dataclass config (for example `edit: EditConfig`) is nested:
 each of its fields becomes `--<field>-<name>` (`--edit-strength`), and YAML gives it as a
 mapping (`edit: {strength: 2.0}`), merged over the field's default.
+
+A config may name other flags for its fields, nested ones by dotted path, in a class attribute
+`FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]]` (`{"rerank.csls_k": ("--csls-k",)}`), so that a
+config can nest what it runs and keep the flags its users know; `()` gives a field no flag (the config sets
+it itself). YAML takes every flag's name as a
+key too, underscored (`csls_k: 5`, `knn_index: ivf`, or `knn: faiss` for the field whose flag is
+`--knn`): the flat names of a config from before it nested its parts keep working.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import dataclasses
 import inspect
 import itertools
@@ -117,6 +125,38 @@ def _default(field: dataclasses.Field) -> Any:
     return field.default if field.default is not dataclasses.MISSING else None
 
 
+def _own_flags(cls: type, flags: dict[str, tuple[str, ...]] | None) -> dict[str, tuple[str, ...]]:
+    """Field path (relative to `cls`, dotted for nested fields) -> flag names: the config's own `FLAG_NAMES`,
+    under `flags`."""
+    return {**getattr(cls, "FLAG_NAMES", {}), **(flags or {})}
+
+
+def _inner_flags(flags: dict[str, tuple[str, ...]], name: str) -> dict[str, tuple[str, ...]]:
+    """The entries of `flags` for the fields nested in field `name`, relative to it."""
+    return {key[len(name) + 1:]: names for key, names in flags.items() if key.startswith(f"{name}.")}
+
+
+@cache
+def flag_dests(cls: type) -> dict[str, str]:
+    """Each flag of `cls` (underscored, without the dashes: `csls_k`) -> the dotted field path it sets."""
+    dests: dict[str, str] = {}
+
+    def walk(klass: type, prefix: str, flags: dict[str, tuple[str, ...]]) -> None:
+        hints = typing.get_type_hints(klass)
+        flags = _own_flags(klass, flags)
+        for field in dataclasses.fields(klass):
+            dest = prefix + field.name
+            nested = _nested(hints[field.name])
+            if nested is not None:
+                walk(nested, dest + ".", _inner_flags(flags, field.name))
+                continue
+            for flag in flags.get(field.name, (_flag(dest.replace(".", "_")),)):
+                dests[flag.removeprefix("--").replace("-", "_")] = dest
+
+    walk(cls, "", {})
+    return dests
+
+
 def add_config_arguments(
     parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
     flags: dict[str, tuple[str, ...]] | None = None, prefix: str = "", defaults: Any = None,
@@ -127,13 +167,14 @@ def add_config_arguments(
     Booleans take `--flag` / `--no-flag`; `skip` names fields left out (`"finetune.edit"` for a nested one,
     which then keeps its default). `flags` gives a field other flag names (for
     example `{"output": ("--out", "--output")}`, or `{"edit.n_edits": ("--edit-n-edits", "--n-edits")}` for a
-    nested field), so commands can share flag names and keep the names of fields that moved into a nested config.
+    nested field), so commands can share flag names and keep the names of fields that moved into a nested config;
+    they win over the config's own `FLAG_NAMES`, and `()` gives a field no flag.
     A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
     their defaults read from the field's default (`defaults`, for the nested call).
     """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
-    flags = flags or {}
+    flags = _own_flags(cls, flags)
     group = parser.add_argument_group(f"{cls.__name__} ({prefix.rstrip('.')})" if prefix else cls.__name__)
     for field in dataclasses.fields(cls):
         if field.name in skip:
@@ -145,12 +186,13 @@ def add_config_arguments(
             inner = f"{field.name}."
             add_config_arguments(parser, nested, prefix=f"{prefix}{inner}", defaults=default,
                                  skip=tuple(name[len(inner):] for name in skip if name.startswith(inner)),
-                                 flags={key[len(inner):]: names for key, names in flags.items()
-                                        if key.startswith(inner)})
+                                 flags=_inner_flags(flags, field.name))
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name
         names = flags.get(field.name, (_flag(dest.replace(".", "_")),))
+        if not names:  # the config sets this field itself: no flag
+            continue
         if _base_type(annotation) is bool:
             group.add_argument(
                 *names, dest=dest, action=argparse.BooleanOptionalAction,
@@ -168,8 +210,10 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
 
     Values are checked against the field's type: text is parsed as a flag would be, an int is
     accepted for a float, a number for a string, a list for a tuple; anything else that does not
-    match (a list for an int, a mapping for a string) is a `LaceInputError`.
+    match (a list for an int, a mapping for a string) is a `LaceInputError`. A key may also be a flag's
+    name (`csls_k` for `--csls-k`): its value goes to the field the flag sets.
     """
+    values = flags_as_fields(cls, values, source)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(str(key) for key in set(values) - names)
     if unknown:
@@ -187,12 +231,59 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         nested = _nested(hints[key])
         if nested is not None and isinstance(value, dict):
             default = _default(fields[key])
-            merged = {**(config_to_dict(default) if default is not None else {}), **value}
+            merged = _merged(config_to_dict(default) if default is not None else {}, value)
             value = config_from_dict(nested, merged, source=f"{source}: field '{key}'")
         else:
             value = _typed_value(hints[key], value, f"{source}: field '{key}'")
         converted[key] = value
-    return cls(**converted)
+    try:
+        return cls(**converted)
+    except ValueError as error:  # a config's own checks (`__post_init__`), named with the source
+        raise LaceInputError(f"{source}: {error}") from error
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` on top, mappings inside merged too (a nested config's nested config keeps the
+    defaults its parent gave it)."""
+    merged = dict(base)
+    for key, value in changes.items():
+        merged[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
+            else value
+    return merged
+
+
+def flags_as_fields(cls: type, values: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """`values` with each key that names a flag of a nested field (`knn_index`, or `knn: faiss` where `--knn`
+    sets `knn.backend`) moved into the mapping of that nested field; a mapping under a key that is no field but
+    the prefix of flags (`edit: {strength: 2}` for `--edit-strength`) is read as those flags."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    dests = flag_dests(cls)
+    values = copy.deepcopy(values)  # the nested mappings are filled in below; the caller's stay as they were
+    for key in [key for key, value in values.items() if key not in fields and isinstance(value, dict)
+                and value and all(f"{key}_{inner}" in dests for inner in value)]:
+        values.update({f"{key}_{inner}": value for inner, value in values.pop(key).items()})  # edit: {strength: 2}
+    routed = {key: value for key, value in values.items()
+              if key in fields and not (_nested(hints[key]) is not None and not isinstance(value, dict)
+                                        and "." in dests.get(key, ""))}
+    for key, value in values.items():
+        if key in routed or "." not in dests.get(str(key), ""):
+            routed.setdefault(key, value)  # a plain field, or an unknown key for the caller to name
+            continue
+        key = str(key)
+        *path, name = dests[key].split(".")
+        target = routed
+        for part in path:
+            inner = target.setdefault(part, {})
+            if not isinstance(inner, dict):
+                raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', but field '{part}' is not "
+                                     f"a mapping (got {inner!r})")
+            target = inner
+        if name in target and target[name] != value:
+            raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', which is also given "
+                                 f"({target[name]!r}, not {value!r})")
+        target[name] = value
+    return routed
 
 
 def _typed_value(annotation: Any, value: Any, where: str) -> Any:

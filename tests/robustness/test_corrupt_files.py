@@ -18,7 +18,7 @@ import torch
 from lace.cli import main
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
-from lace.data.world.counterfactuals import read_scenes, read_world_config
+from lace.data.world.folder import read_scenes, read_world_config
 from lace.embeddings import EmbeddingStore
 from lace.encoders.towers.features import _load_cached
 from lace.encoders.towers.top_features import _load

@@ -4,14 +4,15 @@ concept dictionary, fine-tune with and without LACE, evaluate everything, write 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
+from collections.abc import Collection
 from pathlib import Path
 
-from lace.config import add_config_arguments, config_from_args
+from lace.config import add_config_arguments, config_from_args, flag_dests, flags_as_fields
 from lace.demo import DemoConfig, run_demo
 from lace.demo.report import summary_markdown
 from lace.demo.sweep import read_grid, reuse_run, run_sweep, sweep_report
+from lace.experiment.variants import with_changes
 
 
 def add_parser(subparsers) -> None:
@@ -36,13 +37,19 @@ def add_parser(subparsers) -> None:
 
 
 QUICK = {"world_images": 600, "base_steps": 30, "finetune_steps": 10, "batch_size": 32, "atoms": 32, "sparsity": 4}
+"""`--quick` sizes, by flag name."""
+
+
+def quick_config(config: DemoConfig, given: Collection[str] = ()) -> DemoConfig:
+    """`config` at the `--quick` sizes, but for the flags of `given` (names as in `QUICK`)."""
+    return with_changes(config, flags_as_fields(DemoConfig, {k: v for k, v in QUICK.items() if k not in given}))
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(DemoConfig, args, args.config)
     if args.quick:
-        given = {f.name for f in dataclasses.fields(DemoConfig) if getattr(args, f.name, None) is not None}
-        config = dataclasses.replace(config, **{k: v for k, v in QUICK.items() if k not in given})
+        dests = flag_dests(DemoConfig)
+        config = quick_config(config, {name for name in QUICK if getattr(args, dests[name], None) is not None})
     start = time.perf_counter()
     if args.reuse:
         reuse_run(args.reuse, args.out)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 
 from lace.commands.common import add_progress_argument
-from lace.commands.demo import QUICK
+from lace.commands.demo import quick_config
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.config import config_from_dict, config_to_dict
 from lace.data import read_dataset
@@ -120,7 +119,7 @@ def _demo_config(folder: Path, progress: bool) -> DemoConfig:
         return config_from_dict(DemoConfig, read_json(folder / EXPLORE_MARK)["config"], str(folder / EXPLORE_MARK))
     if (folder / "stages").is_dir():
         return DemoConfig(progress=progress)
-    config = dataclasses.replace(DemoConfig(progress=progress), **QUICK)
+    config = quick_config(DemoConfig(progress=progress))
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / EXPLORE_MARK, {"config": config_to_dict(config)})
     print(f"lace explore: no demo in {folder}; making its world, base and dictionary with `lace demo --quick` sizes")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 from lace.edits.config import EditConfig
 from lace.edits.records import EDIT_KINDS
 from lace.errors import input_error
+from lace.experiment.dictionary import DictionaryConfig
 from lace.experiment.variants import check_variants
+from lace.local.config import LocalEditConfig
+from lace.train.config import TrainConfig
 
 CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
 FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind", "concept-arithmetic negatives",
@@ -39,6 +43,26 @@ CALIBRATED_WORLD = {
     "web_colour_noise": 0.35,
     "web_relation_prob": 0.6,
 }
+
+
+DEMO_DICTIONARY = DictionaryConfig(atoms=128, sparsity=6, epochs=4, batch_size=2048, calibration="isotropic")
+"""The demo's dictionary: K = 128, s = 6, four passes; tau_align against isotropic random directions, since
+random directions shaped by the data's covariance (the library default) are themselves mixtures of the few
+concepts that span a tiny model's space, which left most concepts of the world without an atom."""
+SET_BY_THE_DEMO = ("vocabulary", "seed")
+"""Dictionary fields the demo sets itself: its world's vocabulary and its --seed."""
+DEMO_FINETUNE = TrainConfig(steps=250, lr=5e-4, edit=EditConfig(kinds=EDIT_KINDS), device="cpu", overwrite=True,
+                            checkpoint_every=0, log_every=25)
+"""The demo's fine-tune: 250 steps at peak learning rate 5e-4, METHOD.md's three edit kinds plus rebind, on the
+CPU, one checkpoint at the end."""
+FINETUNE_SET_BY_THE_DEMO = (
+    "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "batch_size",
+    "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints",
+    "counterfactual_captions", "counterfactual_images", "caption_negatives", "paired_caption_directions",
+    "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source", "loss")
+"""Fine-tune fields the demo sets itself: the model, its data and run folders, the batch size, the warm-up (a
+tenth of the steps, at most 50), the seeds, the switches each variant of `lace.experiment.variants` sets, and the
+loss (`DemoConfig.loss`, the base's too)."""
 
 
 @dataclass
@@ -80,33 +104,40 @@ class DemoConfig:
     """Steps of plain pretraining on web-like captions (the base that does not bind)."""
     base_lr: float = 2e-3
     """Peak learning rate of pretraining."""
-    finetune_steps: int = 250
-    """Steps of each fine-tune on COCO-like captions."""
-    finetune_lr: float = 5e-4
-    """Peak learning rate of fine-tuning."""
-    atoms: int = 128
-    """Dictionary atoms K."""
-    sparsity: int = 6
-    """Non-zero codes per embedding s."""
-    n_edits: int = 4
-    """Counterfactual edits M per embedding and side."""
-    counterfactual_weight: float = 1.0
-    """Weight of the counterfactual part of the LACE loss."""
-    edit: EditConfig = field(default_factory=lambda: EditConfig(kinds=EDIT_KINDS))
-    """The editor of LACE fine-tuning (METHOD.md's three kinds plus rebind) and of edit retrieval."""
-    local_layer: str = "layer1"
-    """Image-tower layer of LACE-local's edits (chosen on the validation split)."""
-    local_n_edits: int = 2
-    """LACE-local's image negatives per image: a binding swap, then transplants."""
-    refresh_dictionary_every: int = 0
-    """Refit the dictionary on recent embeddings every this many fine-tuning steps (0: never)."""
+    dictionary: DictionaryConfig = field(default_factory=lambda: replace(DEMO_DICTIONARY))
+    """The concept dictionary fitted on the base (`--atoms` K, `--sparsity` s, `--dictionary-*`); it is fitted
+    on the world's vocabulary with --seed."""
+    finetune: TrainConfig = field(default_factory=lambda: replace(DEMO_FINETUNE))
+    """Each fine-tune on COCO-like captions, a delta on `TrainConfig` (`--finetune-steps`, `--finetune-lr`,
+    `--n-edits`, `--counterfactual-weight`, `--edit-*`, `--local-*`, `--refresh-dictionary-every`, and
+    `--finetune-<knob>` for any other); the model, batch size, seeds, data, warm-up and each variant's switches
+    are the demo's. Its `edit` is also the editor of edit retrieval and the edit grids."""
     only_variants: tuple[str, ...] = ()
     """Fine-tuning variants to run (empty: the four core ones, plus the ablations with --full)."""
     progress: bool = True
     """Show progress bars."""
 
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "dictionary.atoms": ("--atoms",), "dictionary.sparsity": ("--sparsity",),
+        **{f"dictionary.{name}": () for name in SET_BY_THE_DEMO},
+        **{f"finetune.edit.{f.name}": (f"--edit-{f.name.replace('_', '-')}",) for f in fields(EditConfig)},
+        "finetune.edit.n_edits": ("--n-edits", "--edit-n-edits"),
+        **{f"finetune.local.{f.name}": (f"--local-{f.name.replace('_', '-')}",) for f in fields(LocalEditConfig)},
+        "finetune.counterfactual_weight": ("--counterfactual-weight",),
+        "finetune.refresh_dictionary_every": ("--refresh-dictionary-every",),
+        **{f"finetune.{name}": () for name in FINETUNE_SET_BY_THE_DEMO}}
+    """The flags from before the dictionary and the fine-tune were nested configs; no flag for what the demo
+    sets."""
+
     def __post_init__(self):
         check_variants(self.only_variants, "DemoConfig", "only_variants")
+        for part, default, names in (("dictionary", DEMO_DICTIONARY, SET_BY_THE_DEMO),
+                                     ("finetune", DEMO_FINETUNE, FINETUNE_SET_BY_THE_DEMO)):
+            for name in names:
+                value = getattr(getattr(self, part), name)
+                if value != getattr(default, name):
+                    raise input_error("DemoConfig", f"{part}.{name}", f"{getattr(default, name)!r}: the demo sets it "
+                                      "(its world, model, batch size, seeds and each variant's switches)", value)
         if self.jobs < 0:
             raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
         if self.loss not in DEMO_LOSSES:

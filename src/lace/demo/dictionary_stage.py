@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from lace.concepts.labelled import (
     save_labelled_dictionary,
 )
 from lace.concepts.vocabulary import load_vocabulary
+from lace.data.world.folder import read_scenes
 from lace.demo.config import DemoConfig
 from lace.demo.embed import embed_pixels
 from lace.demo.world_data import world_split
@@ -23,7 +23,7 @@ from lace.edits.captions import RuleNegatives
 from lace.edits.report import edit_report
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
-from lace.eval.dictionary_diagnostics import transplant_retrieval
+from lace.eval.dictionary_diagnostics import owned_concepts, transplant_pair_retrieval
 from lace.eval.edit_retrieval import caption_concepts
 from lace.experiment.dictionary import (
     DictionaryConfig,
@@ -46,9 +46,6 @@ def fit_dictionary(
     texts = torch.from_numpy(embed_texts(encoder, captions, progress=False))
     directions = concept_directions_for_store(vocabulary, captions, texts.numpy(), encoder.encode_texts,
                                               log=lambda _: None)
-    # tau_align against isotropic random directions: random directions shaped by the data's
-    # covariance (the library default) are themselves mixtures of the few concepts that
-    # span a tiny model's space, which left most concepts of the world without an atom.
     fit_config = dictionary_config(config, vocabulary)
     labelled = fit_labelled_dictionary(images, texts, directions, fit_config, captions=captions, log=lambda _: None)
     data_covariance_tau = calibrated_tau_align(labelled.dictionary, directions, images, texts, "covariance",
@@ -71,20 +68,18 @@ def fit_dictionary(
 
 
 def dictionary_config(config: DemoConfig, vocabulary: str) -> DictionaryConfig:
-    """The demo's dictionary: K and s of `config`, four passes, tau_align against isotropic directions."""
-    return DictionaryConfig(atoms=config.atoms, sparsity=config.sparsity, vocabulary=vocabulary, epochs=4,
-                            batch_size=2048, seed=config.seed, calibration="isotropic")
+    """`config.dictionary` on the world's `vocabulary`, seeded with the demo's seed."""
+    return dataclasses.replace(config.dictionary, vocabulary=vocabulary, seed=config.seed)
 
 
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
-    """The editor of `config.edit`, with `overrides` (EditConfig fields) on top."""
-    return build_editor(labelled, dataclasses.replace(config.edit, **overrides))
+    """The editor of the fine-tunes' `config.finetune.edit`, with `overrides` (EditConfig fields) on top."""
+    return build_editor(labelled, dataclasses.replace(config.finetune.edit, **overrides))
 
 
-def owned_concepts(labelled: LabelledDictionary) -> set[str]:
-    """Concepts that own at least one aligned atom (only those can be edited)."""
-    aligned = labelled.labelling.aligned()
-    return {labelled.directions.names[c] for c in labelled.labelling.atom_concept[aligned].tolist()}
+def owned_concept_names(labelled: LabelledDictionary) -> set[str]:
+    """Names of the concepts that own at least one aligned atom (`owned_concepts`: only those can be edited)."""
+    return {labelled.directions.names[c] for c in owned_concepts(labelled).nonzero().flatten().tolist()}
 
 
 def _scene_edits(scene: dict, shapes: tuple[str, ...], owned: set[str]) -> list[str] | None:
@@ -102,9 +97,9 @@ def atom_bar_figure(
 ) -> dict:
     """Active atoms of one validation image before and after each of the three edits."""
     dataset = world_split(world_dir, "val", "coco")
-    scenes = load_scenes(world_dir, "val")
+    scenes = read_scenes(world_dir, "val")
     shapes = tuple(c.name for c in load_vocabulary(str(world_dir / "vocabulary.yaml")).of_kind("object"))
-    owned = owned_concepts(labelled)
+    owned = owned_concept_names(labelled)
     editor = make_editor(labelled, config, effect_check=False)
     dictionary = labelled.dictionary
     for row, record in enumerate(dataset.records[:SCENES_TRIED]):
@@ -129,12 +124,6 @@ def atom_bar_figure(
     return {"image": dataset.records[row].image_path.stem, "caption": caption, "edits": records}
 
 
-def load_scenes(world_dir: Path, split: str) -> dict[str, dict]:
-    """Scene graphs of one split, by image id."""
-    lines = (Path(world_dir) / f"scenes_{split}.jsonl").read_text().splitlines()
-    return {scene["id"]: scene for scene in map(json.loads, lines)}
-
-
 def edit_retrieval_stage(
     labelled: LabelledDictionary, encoder: DualEncoder, world_dir: Path, vocabulary: str, config: DemoConfig,
 ) -> dict:
@@ -145,13 +134,13 @@ def edit_retrieval_stage(
     rules = RuleNegatives(load_vocabulary(vocabulary))
     shown, concept_names = caption_concepts([r.captions for r in dataset.records], rules)
     results: dict[str, dict] = {}
-    owned = owned_concepts(labelled)
+    owned = owned_concept_names(labelled)
     for pair in TRANSPLANTS:
         source, target = pair.split("=")
         if not {source, target} <= owned:
             results[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
             continue
-        figures = transplant_retrieval(labelled, gallery, shown, concept_names, pair, config.edit, k=10,
+        figures = transplant_pair_retrieval(labelled, gallery, shown, concept_names, pair, config.finetune.edit, k=10,
                                        seed=config.seed)
         if not figures["edited"]:
             results[pair] = {"skipped": f"no valid transplant among {int(figures['candidates'])} images showing {source}"}
@@ -160,7 +149,7 @@ def edit_retrieval_stage(
         results[pair] = {**_finite(figures), **counts}
     texts = torch.from_numpy(embed_texts(encoder, dataset.captions, progress=False))
     editor = make_editor(labelled, config)
-    report = edit_report(editor, gallery, "image", texts, n_edits=config.n_edits, seed=config.seed)
+    report = edit_report(editor, gallery, "image", texts, n_edits=config.finetune.edit.n_edits, seed=config.seed)
     return {"transplants": results, "edit_kinds": {k: _finite(v) for k, v in report.items()}}
 
 
@@ -172,8 +161,8 @@ def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_d
     dataset = world_split(world_dir, "test", "coco")
     pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
     gallery = embed_pixels(encoder, pixels)
-    owned = owned_concepts(labelled)
-    strengths = (config.edit.strength, 4 * config.edit.strength)
+    owned = owned_concept_names(labelled)
+    strengths = (config.finetune.edit.strength, 4 * config.finetune.edit.strength)
     grids = {}
     for pair in pairs:
         source, target = pair.split("=")
@@ -183,7 +172,7 @@ def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_d
         grids[pair] = edit_grid_stage(
             labelled, gallery, dataset.captions, dataset.caption_image_index, f"transplant:{pair}",
             dataset.load_image, figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=n_sources, k=k,
-            seed=config.seed, config=dataclasses.replace(config.edit, kinds=("transplant",), target=pair))
+            seed=config.seed, config=dataclasses.replace(config.finetune.edit, kinds=("transplant",), target=pair))
     return grids
 
 

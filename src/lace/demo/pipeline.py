@@ -35,11 +35,10 @@ from lace.demo.dictionary_stage import (
 from lace.demo.evaluation import evaluate_on_world
 from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
-from lace.edits import EditConfig, build_editor
+from lace.edits import CounterfactualEditor, EditConfig, build_editor
 from lace.edits.records import EDIT_KINDS
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
-from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
 from lace.experiment.parallel import Stage, run_stages
 from lace.experiment.stages import StageRunner, stage_key
@@ -54,10 +53,13 @@ from lace.experiment.variants import (
 from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
+from lace.errors import LaceInputError
 from lace.io import atomic_write_json, read_json
-from lace.local import LocalEditConfig
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
+INSTRUMENT_EDITS = 4
+"""M of the one instrument every model's brittleness to counterfactual edits is measured with (the default editor
+on the base's dictionary), whatever M the fine-tunes train with."""
 IMAGES_PER_WORLD_WORKER = 2000
 """A world process renders about 1,000 images a second and takes about 2 s to start: fewer images than this
 per process are rendered sooner by fewer processes."""
@@ -112,7 +114,7 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
     dictionary_dir = out / "dictionary"
-    dictionary_key = stage_key(base_key, config.atoms, config.sparsity, "isotropic tau_align, bindings")
+    dictionary_key = stage_key(base_key, config_to_dict(config.dictionary))
     dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary(
         config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
     return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, key, base_key, dictionary_key,
@@ -131,7 +133,6 @@ def demo_model_and_dictionary(config: DemoConfig, out: str | Path, log=print) ->
                           lambda world_dir, style: world_pairs(world_dir, "train", style, pixel_encoder))
 
 
-# long: the stages in order, each one cached call, so that the whole story reads top to bottom
 def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, TensorPairs] | None = None) -> dict:
     """Run (or resume) every stage under `out`; return the summary written to `results.json`.
 
@@ -156,19 +157,51 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             decoded[style] = world_pairs(world_dir, "train", style, pixel_encoder, decoded)
         return decoded[style]
 
-    foundation = run_foundation(config, out, runner, train_pairs)
-    world_dir, vocabulary, base_path = foundation.world_dir, foundation.vocabulary, foundation.base_path
-    base_key, dictionary_key = foundation.base_key, foundation.dictionary_key
-    base, dictionary, encoder = foundation.base, foundation.dictionary, foundation.encoder
-    figures_dir = out / "figures"
+    foundation = run_foundation(config, out, runner, train_pairs)  # stages 1-3
     labelled = load_labelled_dictionary(foundation.dictionary_dir)
-    edit_key = stage_key(dictionary_key, config.edit.strength, config.n_edits)
+    measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
+    stages, finetune_keys, wise_ft = _stages_after_the_base(  # stages 5-7
+        config, out, foundation, labelled, measured, train_pairs(foundation.world_dir, "coco"), pixel_encoder, decoded)
+    results = run_stages(runner, stages, config.workers, config.progress)
+    for name in finetune_keys:
+        measured.evaluations[name] = results[f"eval {name}"]
+        measured.zeroshot[name] = results[f"zeroshot {name}"]
+    summary = _summary(config, runner, foundation, measured, results["edit_grids"],
+                       results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
+    if softmax is not None:
+        summary["softmax_run"] = softmax
+    _write_results(summary, out)  # stage 8
+    return summary
+
+
+@dataclass
+class BaseMeasures:
+    """What the demo measures on the base in this process before the fine-tunes fork off."""
+
+    edit_retrieval: dict
+    zeroshot_config: EvalConfig
+    """Zero-shot on the world's shape/colour/count tasks, written beside the run."""
+    editor: CounterfactualEditor
+    """The one instrument of brittleness to counterfactual edits: the default editor on the dictionary."""
+    eval_pixels: dict
+    """Every evaluation image, decoded once for every model."""
+    zeroshot: dict
+    """Zero-shot figures by model: the base's, then each fine-tune's."""
+    evaluations: dict
+    """`evaluate_on_world` results by model: the base's, then each fine-tune's."""
+
+
+def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
+                      labelled) -> BaseMeasures:
+    """Edit retrieval, and the base's zero-shot figures and evaluation, each one cached stage."""
+    world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
+    edit_key = stage_key(foundation.dictionary_key, config.finetune.edit.strength, config.finetune.edit.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
     # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
     zeroshot_config = EvalConfig(benchmarks=("zeroshot",), world=str(world_dir), world_split="test", seed=config.seed,
                                  zeroshot_root=str(world_zeroshot_root(world_dir, out / "zeroshot")))
-    zeroshot = {"base": runner.run("zeroshot base", stage_key(base_key, "zeroshot"),
+    zeroshot = {"base": runner.run("zeroshot base", stage_key(foundation.base_key, "zeroshot"),
                                    lambda: zeroshot_figures(encoder, "base", zeroshot_config))}
     # Brittleness to counterfactual edits is measured with one fixed instrument, the default editor on this
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
@@ -177,18 +210,28 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     # every model is one architecture: each evaluation image is decoded once for all, here, before the
     # fine-tunes' evaluations are forked off
     eval_pixels: dict = {}
-    evaluations = {"base": runner.run("eval base", stage_key(base_key, dictionary_key, "eval"), lambda: evaluate_on_world(
-        encoder, "base", world_dir, vocabulary, editor, DemoConfig.n_edits, config.seed, pixels=eval_pixels))}
-    workers = config.workers
+    evaluations = {"base": runner.run(
+        "eval base", stage_key(foundation.base_key, foundation.dictionary_key, "eval"), lambda: evaluate_on_world(
+            encoder, "base", world_dir, vocabulary, editor, INSTRUMENT_EDITS, config.seed, pixels=eval_pixels))}
+    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, zeroshot, evaluations)
+
+
+def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
+                           coco: TensorPairs, pixel_encoder: DualEncoder,
+                           decoded: dict) -> tuple[list[Stage], dict[str, str], Stage | dict]:
+    """The stages that run side by side: every fine-tune (costliest variant first), WiSE-FT, the edit grids,
+    then each fine-tune's evaluation and zero-shot; with the fine-tunes' keys by name and the WiSE-FT stage
+    (or the summary saying why it was skipped)."""
+    world_dir, vocabulary, dictionary_key = foundation.world_dir, foundation.vocabulary, foundation.dictionary_key
     # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
-    quiet = replace(config, progress=False) if workers > 1 else config
-    finetune_key = stage_key(base_key, config.finetune_steps, config.finetune_lr, config.batch_size)
-    lace_key = stage_key(dictionary_key, config.n_edits, config.counterfactual_weight, config_to_dict(config.edit),
-                         config.refresh_dictionary_every)
+    quiet = replace(config, progress=False) if config.workers > 1 else config
+    knobs = config_to_dict(config.finetune)
+    general = {name: value for name, value in knobs.items() if name not in LACE_KNOBS + ("local",)}
+    finetune_key = stage_key(foundation.base_key, general, config.batch_size)
+    lace_key = stage_key(dictionary_key, {name: knobs[name] for name in LACE_KNOBS})
     finetune_keys: dict[str, str] = {}
     finetunes, measures = [], []
     cost: dict[str, int] = {}  # by fine-tune stage: its variant's `negative_sources`
-    coco = train_pairs(world_dir, "coco")
     for variant in config.variants:
         own_keys = _own_keys(config, variant, lace_key)
         rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(variant) else None
@@ -198,54 +241,56 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
             model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
             cost[f"finetune {name}"] = negative_sources(variant)
             finetunes.append(Stage(f"finetune {name}", key, partial(
-                _finetune, quiet, variant, seed, coco, out, base_path, model_path, labelled, vocabulary, rendered)))
+                _finetune, quiet, variant, seed, coco, out, foundation.base_path, model_path, labelled, vocabulary,
+                rendered)))
             measures.append(Stage(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
-                _evaluate_saved, config.model, model_path, name, world_dir, vocabulary, editor, config.seed, eval_pixels),
-                after=(f"finetune {name}",)))
+                _evaluate_saved, config.model, model_path, name, world_dir, vocabulary, measured.editor, config.seed,
+                measured.eval_pixels), after=(f"finetune {name}",)))
             measures.append(Stage(f"zeroshot {name}", stage_key(key, "zeroshot"), partial(
-                _zeroshot_saved, config.model, model_path, name, zeroshot_config), after=(f"finetune {name}",)))
-    grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.edit), "grids"),
-                  partial(edit_grids_stage, labelled, encoder, world_dir, config, figures_dir))
-    wise_ft = _wise_ft(config, out, base_key, finetune_keys, zeroshot_config)
+                _zeroshot_saved, config.model, model_path, name, measured.zeroshot_config),
+                after=(f"finetune {name}",)))
+    grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.finetune.edit), "grids"),
+                  partial(edit_grids_stage, labelled, foundation.encoder, world_dir, config, out / "figures"))
+    wise_ft = _wise_ft(config, out, foundation.base_key, finetune_keys, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest variant first,
     # then WiSE-FT (a dozen models scored), then the rest.
     finetunes.sort(key=lambda stage: cost[stage.name], reverse=True)
-    results = run_stages(runner, finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures,
-                         workers, config.progress)
-    for name in finetune_keys:
-        evaluations[name] = results[f"eval {name}"]
-        zeroshot[name] = results[f"zeroshot {name}"]
-    grids = results["edit_grids"]
-    wise_ft = results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft
+    return finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures, finetune_keys, wise_ft
 
-    summary = {
+
+def _summary(config: DemoConfig, runner: StageRunner, foundation: Foundation, measured: BaseMeasures, grids: dict,
+             wise_ft: dict, started: float, load_at_start: tuple[float, float, float]) -> dict:
+    """Everything results.json holds: the config, every stage's figures, and what the run cost."""
+    return {
         "config": config_to_dict(config),
         "world": config_to_dict(world_config(config)),
-        "base": base,
-        "dictionary": dictionary,
-        "edit_retrieval": edits,
+        "base": foundation.base,
+        "dictionary": foundation.dictionary,
+        "edit_retrieval": measured.edit_retrieval,
         "edit_grids": grids,
-        "zeroshot": zeroshot,
+        "zeroshot": measured.zeroshot,
         "wise_ft": wise_ft,
-        "evaluations": evaluations,
+        "evaluations": measured.evaluations,
         "calibration_targets": CLIP_SUGARCREPE,
-        **({"softmax_run": softmax} if softmax is not None else {}),
         "wall_seconds": dict(runner.wall_times),
         "cpu_seconds": dict(runner.cpu_times),
         "reused": dict(runner.reused),
         # Wall time depends on what else runs on the machine: the load average (1, 5, 15 min) says how busy it was.
-        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "workers": workers,
+        "machine": {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "workers": config.workers,
                     "load_average_at_start": [round(x, 2) for x in load_at_start],
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
                     "wall_seconds_before_report": time.perf_counter() - started},
     }
+
+
+def _write_results(summary: dict, out: Path) -> None:
+    """results.json, then the report, then results.json again with the report's time."""
     atomic_write_json(out / "results.json", summary)
     start, cpu_start = time.perf_counter(), time.process_time()
     write_demo_report(summary, out)
     summary["wall_seconds"]["report"] = time.perf_counter() - start
     summary["cpu_seconds"]["report"] = time.process_time() - cpu_start
     atomic_write_json(out / "results.json", summary)
-    return summary
 
 
 WISE_FT_VARIANTS = ("plain", "LACE")
@@ -270,7 +315,7 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, finetune_keys: dict[s
 def _evaluate_saved(model: str, path: Path, name: str, world_dir: Path, vocabulary: str, editor, seed: int,
                     pixels: dict) -> dict:
     """`evaluate_on_world` of the checkpoint at `path`."""
-    return evaluate_on_world(load_encoder(model, str(path)), name, world_dir, vocabulary, editor, DemoConfig.n_edits,
+    return evaluate_on_world(load_encoder(model, str(path)), name, world_dir, vocabulary, editor, INSTRUMENT_EDITS,
                              seed, pixels=pixels)
 
 
@@ -279,11 +324,16 @@ def _zeroshot_saved(model: str, path: Path, name: str, config: EvalConfig) -> di
     return zeroshot_figures(load_encoder(model, str(path)), name, config)
 
 
+LACE_KNOBS = ("edit", "counterfactual_weight", "refresh_dictionary_every", "refresh_pool_size")
+"""The fine-tune's knobs only the variants with counterfactuals read (the rest of `DemoConfig.finetune` keys every
+fine-tune, `local` those of LACE-local)."""
+
+
 def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
-    """What a variant's fine-tune depends on beyond the base, the data order, the steps and the seed."""
+    """What a variant's fine-tune depends on beyond the base, the data order, the general knobs and the seed."""
     keys = [lace_key if uses_counterfactuals(variant) else None]
     if uses_local(variant):
-        keys.append(stage_key(config.local_layer, config.local_n_edits))
+        keys.append(stage_key(config_to_dict(config.finetune.local)))
     return keys
 
 
@@ -311,15 +361,16 @@ def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
             "images_per_second": summary.images_per_second, "seconds": summary.seconds}
 
 
-def _train_config(config: DemoConfig, out: Path, name: str, **switches) -> TrainConfig:
-    return TrainConfig(model=config.model, output=str(out / "runs" / name), overwrite=True, loss=config.loss,
-                       batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
-                       warmup_steps=min(50, max(1, config.finetune_steps // 10)), **switches)
+def _warmup_steps(config: DemoConfig) -> int:
+    """Warm-up of the base and of every fine-tune: a tenth of the fine-tune's steps, at least 1, at most 50."""
+    return min(50, max(1, config.finetune.steps // 10))
 
 
 def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path) -> dict:
-    train_config = _train_config(config, out, "base", pretrained=None, steps=config.base_steps, lr=config.base_lr,
-                                 seed=config.seed)
+    train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
+                               batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
+                               warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
+                               lr=config.base_lr, seed=config.seed, loss=config.loss)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -335,14 +386,12 @@ def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path
 
 def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, out: Path, base_path: Path,
               model_path: Path, labelled, vocabulary: str, rendered=None) -> dict:
-    """One fine-tune; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
-    train_config = variant_config(_train_config(
-        config, out, f"{_slug(variant)}-seed{seed}", pretrained=str(base_path), steps=config.finetune_steps,
-        lr=config.finetune_lr, seed=seed, vocabulary=vocabulary,
-        counterfactual_weight=config.counterfactual_weight, refresh_dictionary_every=config.refresh_dictionary_every,
-        edit=replace(config.edit, n_edits=config.n_edits),
-        local=LocalEditConfig(layer=config.local_layer, n_edits=config.local_n_edits),
-    ), variant)
+    """One fine-tune: `config.finetune` with what the demo sets and the variant's delta; `rendered`: None, or a
+    callable giving the ceiling arm's `RenderedNegatives`."""
+    train_config = variant_config(replace(
+        config.finetune, model=config.model, output=str(out / "runs" / f"{_slug(variant)}-seed{seed}"),
+        batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
+        vocabulary=vocabulary, loss=config.loss), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)

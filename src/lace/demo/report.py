@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,26 @@ def claims(evaluations: dict, split: str = "test") -> list[tuple[str, bool | Non
     ]
 
 
+def calibration_rows(base_val: dict) -> list[list]:
+    rows = []
+    for family, target in CLIP_SUGARCREPE.items():
+        value = base_val["benchmarks"]["world"].get(CALIBRATION_KEYS[family])
+        within = None if value is None else abs(value - target) <= CALIBRATION_TOLERANCE
+        rows.append([family, value, target, within])
+    retrieval = base_val["benchmarks"]["retrieval"]
+    rows.append(["R@1 t2i (chance 1/N images)", retrieval.get("t2i/R@1"), None, None])
+    return rows
+
+
+def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
+    """report.md and report.html under `out` from the demo's `summary` (results.json), section by section."""
+    out = Path(out)
+    report = Report("LACE on the shapes world")
+    for section in SECTIONS:
+        section(report, summary, out)
+    return report.write(out)
+
+
 def tagged(evaluations: dict, tag: str) -> dict:
     """`evaluations` with every model renamed `<variant> (<tag>)[ seed s]`, so two runs share one table."""
     return {f"{variant_of(model)} ({tag}){model[len(variant_of(model)):]}": results
@@ -192,23 +213,10 @@ def add_loss_comparison(report: Report, summary: dict) -> None:
     report.table(zeroshot_table(zeroshot, "zero-shot on the world's tasks, top-1 per task (chance 1/classes)"))
 
 
-def calibration_rows(base_val: dict) -> list[list]:
-    rows = []
-    for family, target in CLIP_SUGARCREPE.items():
-        value = base_val["benchmarks"]["world"].get(CALIBRATION_KEYS[family])
-        within = None if value is None else abs(value - target) <= CALIBRATION_TOLERANCE
-        rows.append([family, value, target, within])
-    retrieval = base_val["benchmarks"]["retrieval"]
-    rows.append(["R@1 t2i (chance 1/N images)", retrieval.get("t2i/R@1"), None, None])
-    return rows
-
-
-# long: the report's sections in reading order, each a heading, a table or figure and its sentence
-def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
-    out = Path(out)
-    figures = out / "figures"
+def _summary_section(report: Report, summary: dict, out: Path) -> None:
+    """What was run, the headline table and which claims held (and, for a sigmoid run given a softmax one, the
+    two side by side)."""
     evaluations = summary["evaluations"]
-    report = Report("LACE on the shapes world")
     sigmoid = summary["config"].get("loss") == "sigmoid"
     kind = "SigLIP-style model (sigmoid loss, learned logit bias)" if sigmoid else "CLIP"
     report.paragraph(
@@ -230,14 +238,21 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
         report.bullets([f"{'met' if met else 'missed' if met is not None else 'not measured'}: {text} — {evidence}"
                         for text, met, evidence in binding_targets(evaluations)])
 
+
+def _calibration_section(report: Report, summary: dict, out: Path) -> None:
+    """The base against CLIP ViT-B/32's SugarCrepe failure, on validation."""
     report.heading("Calibration of the base (validation split)")
     report.paragraph(
         "The world's knobs were chosen so that the base fails the way CLIP ViT-B/32 fails on SugarCrepe "
         f"(Hsieh et al. 2023), each family within {CALIBRATION_TOLERANCE:.2f}; measured on the validation split only."
     )
     report.table(Table(["family (image->text)", "base", "CLIP ViT-B/32", f"within {CALIBRATION_TOLERANCE:.2f}"],
-                       calibration_rows(evaluations["base"]["val"])))
+                       calibration_rows(summary["evaluations"]["base"]["val"])))
 
+
+def _split_sections(report: Report, summary: dict, out: Path) -> None:
+    """Binding, retrieval and geometry tables of every split, and the isotropic baseline."""
+    evaluations = summary["evaluations"]
     for split, title in (("test", "in-distribution test"), ("test_comp", "compositional test (held-out colour-shape pairs)"),
                          ("val", "validation")):
         report.heading(f"Binding, {title}")
@@ -253,6 +268,10 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
         f"{base_test.get('isotropic/hubness/t2i/skewness', float('nan')):.3f}."
     )
 
+
+def _ablation_section(report: Report, summary: dict, out: Path) -> None:
+    """Bars per variant on the test split, and the N10 histograms."""
+    evaluations, figures = summary["evaluations"], out / "figures"
     chart_columns = (BINDING_COLUMNS[0], BINDING_COLUMNS[6], BINDING_COLUMNS[1], BINDING_COLUMNS[7],
                      BINDING_COLUMNS[12], GEOMETRY_COLUMNS[0])
     table = aggregate(evaluations, "test", chart_columns)
@@ -267,6 +286,9 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
                          figures / "nk_histograms.png", "N10 of images among captions' top-10 (test)", 10)
     report.figure(hist.relative_to(out), "hubness: how often each test image is in a caption's top-10")
 
+
+def _dictionary_section(report: Report, summary: dict, out: Path) -> None:
+    """The dictionary's fit, its aligned atoms and the atom bars of one image's edits."""
     dictionary = summary["dictionary"]
     report.heading("The concept dictionary (fitted on the base)")
     quality = dictionary["quality"]
@@ -289,6 +311,10 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
                       f"{atom_bars['caption']}")
         report.table(Table(["edit", "cosine to the original embedding"],
                            [[e["edit"], e["cosine_to_original"]] for e in atom_bars["edits"]]))
+
+
+def _edit_retrieval_section(report: Report, summary: dict, out: Path) -> None:
+    """Transplants looked up among real test images, the edit kinds' checks, and the edit grids."""
     edits = summary["edit_retrieval"]
     report.heading("Edit retrieval (test images)")
     rows = [[pair, f["transplant/target"], f["random/target"], f["arithmetic/target"], f.get("transplant/keep"),
@@ -308,6 +334,9 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     for pair, grid in summary["edit_grids"].items():
         add_edit_grid(report, pair, grid)
 
+
+def _zeroshot_section(report: Report, summary: dict, out: Path) -> None:
+    """Zero-shot before and after each fine-tune, and the WiSE-FT trade-off."""
     report.heading("Zero-shot classification before and after each fine-tune")
     report.paragraph("The world's built-in tasks (shape and colour of one-object scenes, count of one to four "
                      "objects), scored as CLIP_benchmark scores an image folder: each class the mean of its prompts.")
@@ -321,6 +350,9 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
                       + ", ".join(f"{alpha:g}" for alpha in wise_ft["alphas"]) + f" (test split; y: {wise_ft['binding_metric']})")
         report.table(wise_ft_table(wise_ft))
 
+
+def _time_section(report: Report, summary: dict, out: Path) -> None:
+    """Wall and CPU seconds per stage, and how busy the machine was."""
     report.heading("Time per stage")
     cpu = summary.get("cpu_seconds", {})
     report.table(Table(["stage", "wall seconds", "CPU seconds", "reused from cache"],
@@ -335,9 +367,17 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
                          f"(1, 5, 15 min) {machine['load_average_at_start']} at the start, "
                          f"{machine['load_average_at_end']} at the end; CPU seconds count all threads of "
                          "this process, so on a busy machine they show the work and wall seconds the wait")])
+
+
+def _configuration_section(report: Report, summary: dict, out: Path) -> None:
     report.heading("Configuration and seeds")
     report.code(json.dumps({"demo": summary["config"], "world": summary["world"]}, indent=1))
-    return report.write(out)
+
+
+SECTIONS: tuple[Callable[[Report, dict, Path], None], ...] = (
+    _summary_section, _calibration_section, _split_sections, _ablation_section, _dictionary_section,
+    _edit_retrieval_section, _zeroshot_section, _time_section, _configuration_section)
+"""The report's sections in reading order: each writes its headings, tables and figures from the summary."""
 
 
 def summary_markdown(summary: dict) -> str:

@@ -1,6 +1,7 @@
 """`lace demo --sweep GRID`: LACE's knobs tried one at a time on the demo's base, scored on validation.
 
-Every setting is a named set of `DemoConfig` overrides. Each runs in its own folder under
+Every setting is a named set of `DemoConfig` overrides, by flag name (`n_edits`, `atoms`, or `edit: {...}` for
+the `--edit-*` flags). Each runs in its own folder under
 `<out>/sweep/`, seeded with the main run's world, base and dictionary, so only what the
 setting changes is recomputed (a new dictionary when `atoms` or `sparsity` change, then the
 LACE fine-tune and its evaluation). Settings are compared on the validation split only:
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from lace.config import flags_as_fields
 from lace.demo.config import DemoConfig
 from lace.demo.pipeline import run_demo
 from lace.demo.report import BINDING_COLUMNS, GEOMETRY_COLUMNS, aggregate
@@ -32,7 +34,7 @@ SWEEPABLE = {"atoms", "sparsity", "n_edits", "counterfactual_weight", "edit", "r
 
 
 def read_grid(path: str | Path) -> dict[str, dict]:
-    """Named settings from a YAML mapping `name: {DemoConfig field: value}`; fields limited to LACE's knobs."""
+    """Named settings from a YAML mapping `name: {DemoConfig field or flag name: value}`; limited to LACE's knobs."""
     path = Path(path)
     try:
         grid = yaml.safe_load(path.read_text())
@@ -88,7 +90,7 @@ def run_sweep(config: DemoConfig, out: str | Path, grid: dict[str, dict], log=pr
     evaluations = {variant: results for variant, results in main["evaluations"].items() if variant != "base"}
     wall = {}
     for name, overrides in grid.items():
-        setting = with_changes(config, {**overrides, "only_variants": ("LACE",)})
+        setting = with_changes(config, flags_as_fields(DemoConfig, {**overrides, "only_variants": ("LACE",)}))
         folder = setting_folder(out, name)
         _seed_folder(out, folder)
         log(f"[sweep] {name}: {overrides}")

@@ -150,7 +150,7 @@ def counterfactual_brittleness_with_controls(
     return figures
 
 
-def transplant_retrieval(
+def transplant_pair_retrieval(
     labelled: LabelledDictionary, gallery: torch.Tensor, shown: torch.Tensor, concept_names: Sequence[str],
     pair: str, config: EditConfig | None = None, k: int = 10, seed: int = 0,
 ) -> dict[str, float]:
@@ -223,7 +223,7 @@ def dictionary_diagnostics(
     figures["edit_retrieval/pairs"] = float(len(transplants))
     per_pair = []
     for pair in transplants:
-        pair_figures = transplant_retrieval(labelled, images, shown, concept_names, pair, config, k, seed)
+        pair_figures = transplant_pair_retrieval(labelled, images, shown, concept_names, pair, config, k, seed)
         figures.update({f"edit_retrieval/{pair}/{key}": value for key, value in pair_figures.items()})
         if pair_figures["edited"] > 0:
             per_pair.append(pair_figures)

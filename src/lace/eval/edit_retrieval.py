@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from lace.concepts.image_mentions import flat_captions, image_mentions
 from lace.eval.neighbours import topk_neighbours
 
 
@@ -99,19 +100,23 @@ def edit_retrieval(
     return figures
 
 
-def caption_concepts(captions_per_image: Sequence[Sequence[str]], rule_negatives) -> tuple[torch.Tensor, list[str]]:
-    """(N, C) bool: which vocabulary concepts each image's captions mention, and the concept names.
+def caption_concepts(captions_per_image: Sequence[Sequence[str]], rule_negatives,
+                     min_captions: int = 1) -> tuple[torch.Tensor, list[str]]:
+    """(N, C) bool: which vocabulary concepts at least `min_captions` of each image's captions mention, and the
+    concept names.
 
     Uses `rule_negatives.mentions(caption)` (vocabulary phrase matching with plurals and
-    relation synonyms) so that "dogs" counts as "dog".
+    relation synonyms) so that "dogs" counts as "dog"; counted by `lace.concepts.image_mentions`.
     """
     names = list(rule_negatives.objects) + [w for ws in rule_negatives.attribute_groups.values() for w in ws] + list(
         rule_negatives.relations)
     column = {name: i for i, name in enumerate(names)}
-    matrix = np.zeros((len(captions_per_image), len(names)), dtype=bool)
-    for row, captions in enumerate(captions_per_image):
-        for caption in captions:
-            for mention in rule_negatives.mentions(caption):
-                if mention.concept in column:
-                    matrix[row, column[mention.concept]] = True
-    return torch.from_numpy(matrix), names
+
+    def match(captions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [(row, column[mention.concept]) for row, caption in enumerate(captions)
+                 for mention in rule_negatives.mentions(caption) if mention.concept in column]
+        return np.array([r for r, _ in pairs], dtype=np.int64), np.array([c for _, c in pairs], dtype=np.int64)
+
+    captions, owner = flat_captions(captions_per_image)
+    counts = image_mentions(captions, owner, len(captions_per_image), match, len(names))  # (N, C)
+    return torch.from_numpy(counts >= min_captions), names

@@ -7,8 +7,9 @@ one pass: each block's rows give the queries' top-k, and its columns update a ru
 top-k per gallery item.
 
 Past a million items brute force costs hours on a CPU; `KnnOptions(backend="faiss")`
-hands the same searches to a FAISS index (`lace.eval.faiss_search`): exact (flat) or
-approximate (IVF or HNSW). Exact chunked search stays the default.
+hands the same searches to a FAISS index (`lace.eval.faiss_search`, where the options
+live): exact (flat) or approximate (IVF or HNSW). Exact chunked search stays the default;
+a query for which an approximate index finds fewer than k items is searched exactly here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import numpy as np
 import torch
 
 from lace.errors import input_error
+from lace.eval import faiss_search
+from lace.eval.faiss_search import KnnOptions
+
+__all__ = ["DEFAULT_CHUNK", "EXACT", "KnnOptions", "Neighbours", "cross_neighbours", "topk_neighbours"]
 
 DEFAULT_CHUNK = 1024
 GALLERY_BLOCK = 65536  # gallery rows per block of `topk_neighbours`: a (1024, 65536) block is 256 MB
@@ -38,43 +43,6 @@ class Neighbours:
     @property
     def k(self) -> int:
         return int(self.indices.shape[1])
-
-
-KNN_BACKENDS = ("exact", "faiss")
-FAISS_INDEXES = ("flat", "ivf", "hnsw")
-
-
-@dataclass(frozen=True)
-class KnnOptions:
-    """How top-k lists are searched: exact chunked brute force, or a FAISS index."""
-
-    backend: str = "exact"
-    """exact (chunked brute force, the default) or faiss."""
-    index: str = "flat"
-    """FAISS index: flat (exact inner product), ivf (IVF-Flat, approximate) or hnsw (approximate)."""
-    nlist: int = 0
-    """IVF: inverted lists (k-means cells); 0 takes 4 sqrt(G), at most G / 39."""
-    nprobe: int = 32
-    """IVF: cells searched per query (more: slower, higher recall)."""
-    hnsw_m: int = 32
-    """HNSW: links per node."""
-    ef_construction: int = 80
-    """HNSW: candidate list while building."""
-    ef_search: int = 128
-    """HNSW: candidate list while searching (more: slower, higher recall)."""
-    seed: int = 0
-    """Seed of the IVF training sample and k-means."""
-
-    def __post_init__(self):
-        if self.backend not in KNN_BACKENDS:
-            raise input_error("knn options", "knn", f"one of {list(KNN_BACKENDS)}", self.backend)
-        if self.index not in FAISS_INDEXES:
-            raise input_error("knn options", "knn_index", f"one of {list(FAISS_INDEXES)}", self.index)
-        for name in ("nprobe", "hnsw_m", "ef_construction", "ef_search"):
-            if getattr(self, name) < 1:
-                raise input_error("knn options", f"knn_{name}", "an integer >= 1", getattr(self, name))
-        if self.nlist < 0:
-            raise input_error("knn options", "knn_nlist", "an integer >= 0 (0: 4 sqrt(G))", self.nlist)
 
 
 EXACT = KnnOptions()
@@ -213,11 +181,9 @@ def cross_neighbours(
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     reverse_k = k if reverse_k is None else reverse_k
     _check(queries, gallery, min(k, reverse_k))
-    if knn.backend == "faiss":  # imported here: faiss_search imports this module
-        from lace.eval.faiss_search import faiss_neighbours
-
-        return (faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn),
-                faiss_neighbours(gallery, queries, min(reverse_k, queries.shape[0]), knn))
+    if knn.backend == "faiss":
+        return (_faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn),
+                _faiss_neighbours(gallery, queries, min(reverse_k, queries.shape[0]), knn))
     device = torch.device(device) if device is not None else queries.device
     gallery = gallery.to(device)
     k, reverse_k = min(k, gallery.shape[0]), min(reverse_k, queries.shape[0])
@@ -250,10 +216,8 @@ def topk_neighbours(
     """
     queries, gallery = _as_tensor(queries), _as_tensor(gallery)
     _check(queries, gallery, k)
-    if knn.backend == "faiss":  # imported here: faiss_search imports this module
-        from lace.eval.faiss_search import faiss_neighbours
-
-        return faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn)
+    if knn.backend == "faiss":
+        return _faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn)
     device = torch.device(device) if device is not None else queries.device
     gallery = gallery.to(device)
     k = min(k, gallery.shape[0])
@@ -275,3 +239,14 @@ def topk_neighbours(
         values.append(best_values)
         indices.append(best_indices)
     return Neighbours(torch.cat(indices), torch.cat(values))
+
+
+def _faiss_neighbours(queries: torch.Tensor, gallery: torch.Tensor, k: int, knn: KnnOptions) -> Neighbours:
+    """Top-k of (Q, d) queries among (G, d) gallery rows through a FAISS index; a query for which an
+    approximate index finds fewer than k items is searched exactly."""
+    indices, scores = faiss_search.faiss_topk(queries, gallery, k, knn)  # (Q, k) each, rows -1 where missing
+    short = (indices < 0).any(dim=1)
+    if short.any():
+        exact = topk_neighbours(queries[short], gallery, k)
+        indices[short], scores[short] = exact.indices, exact.scores
+    return Neighbours(indices, scores)

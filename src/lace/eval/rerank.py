@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lace.errors import input_error
 from lace.eval.neighbours import (
     DEFAULT_CHUNK,
     EXACT,
@@ -46,8 +47,10 @@ RERANKS = ("csls", "qbnorm", "dn")
 
 @dataclass(frozen=True)
 class RerankOptions:
-    """Knobs of the three fixes, with the published defaults."""
+    """Which fixes to diagnose (`lace eval --rerank`) and the knobs of the three, with the published defaults."""
 
+    fixes: tuple[str, ...] = ()
+    """Hubness fixes to diagnose besides the plain scores, comma-separated: csls, qbnorm, dn (figures rerank/<fix>/...)."""
     csls_k: int = 10
     """Neighbours whose mean similarity is CSLS's penalty r."""
     qbnorm_beta: float = 20.0
@@ -58,8 +61,14 @@ class RerankOptions:
     """Share of the sample mean DN subtracts from each side (0.5 in the paper's formula)."""
 
     def __post_init__(self):
-        if self.csls_k < 1 or self.qbnorm_k < 1 or self.qbnorm_beta <= 0:
-            raise ValueError(f"RerankOptions: expected csls_k >= 1, qbnorm_k >= 1 and qbnorm_beta > 0, got {self}")
+        unknown = [name for name in self.fixes if name not in RERANKS]
+        if unknown:
+            raise input_error("rerank options", "rerank", f"some of {list(RERANKS)} (--rerank)", unknown)
+        for name in ("csls_k", "qbnorm_k"):
+            if getattr(self, name) < 1:
+                raise input_error("rerank options", name, "an integer >= 1", getattr(self, name))
+        if not self.qbnorm_beta > 0:
+            raise input_error("rerank options", "qbnorm_beta", "a number > 0", self.qbnorm_beta)
 
 
 @dataclass

@@ -7,13 +7,14 @@ Results (JSON-ready dict):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,6 +25,8 @@ from lace.errors import LaceInputError
 from lace.eval.benchmarks import BENCHMARKS, get_benchmark
 from lace.eval.benchmarks.retrieval import dataset_embeddings
 from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.neighbours import KnnOptions
+from lace.eval.rerank import QueryBank, RerankOptions
 
 
 @dataclass
@@ -98,32 +101,23 @@ class EvalConfig:
     """The editor of counterfactual brittleness and edit retrieval (`--edit-strength` sizes the transplants)."""
     counterfactual_edits: int = 4
     """Counterfactual edits per caption for counterfactual brittleness."""
-    rerank: tuple[str, ...] = ()
-    """Hubness fixes to diagnose besides the plain scores, comma-separated: csls, qbnorm, dn (figures rerank/<fix>/...)."""
+    rerank: RerankOptions = field(default_factory=RerankOptions)
+    """Hubness fixes to diagnose besides the plain scores (`--rerank csls,qbnorm,dn`: figures rerank/<fix>/...)
+    and their knobs (`--csls-k`, `--qbnorm-beta`, `--qbnorm-k`, `--dn-weight`)."""
     bank: str | None = None
     """Unlabelled image-caption set the fixes take statistics from (e.g. the training split; default: the test set)."""
     bank_split: str | None = "train"
     """Karpathy split of --bank."""
     bank_size: int = 5000
     """Images and captions drawn (seeded) from --bank; 0 takes all."""
-    csls_k: int = 10
-    """CSLS: neighbours whose mean similarity is an item's penalty."""
-    qbnorm_beta: float = 20.0
-    """QB-Norm: inverse temperature of the dynamic inverted softmax."""
-    dn_weight: float = 0.5
-    """DN: share of the bank's mean subtracted from each side."""
-    knn: str = "exact"
-    """Top-k search of the diagnostics: exact (chunked brute force) or faiss (for 1M+ items; needs faiss-cpu)."""
-    knn_index: str = "flat"
-    """FAISS index with --knn faiss: flat (exact), ivf (IVF-Flat, approximate) or hnsw (approximate)."""
-    knn_nlist: int = 0
-    """IVF: inverted lists; 0 takes 4 sqrt(items)."""
-    knn_nprobe: int = 32
-    """IVF: lists searched per query."""
-    knn_hnsw_m: int = 32
-    """HNSW: links per node."""
-    knn_ef_search: int = 128
-    """HNSW: candidate list while searching."""
+    knn: KnnOptions = field(default_factory=lambda: KnnOptions(seed=None))
+    """Top-k search of the diagnostics (`--knn exact|faiss`, `--knn-index`, ...); its seed is --seed unless set."""
+
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "knn.backend": ("--knn",), "rerank.fixes": ("--rerank",), "rerank.csls_k": ("--csls-k",),
+        "rerank.qbnorm_beta": ("--qbnorm-beta",), "rerank.qbnorm_k": ("--qbnorm-k",),
+        "rerank.dn_weight": ("--dn-weight",)}
+    """The flags of `lace eval` from before the search and the fixes were nested configs."""
 
 
 BenchmarkInputs = Callable[[EvalConfig], tuple[Any, dict[str, Any], str]]
@@ -159,9 +153,7 @@ def _load(name: str, config: EvalConfig):
 
 # Fields that change what is measured but not which images and captions are embedded.
 NOT_EMBEDDING_INPUTS = ("diagnostics", "k", "baseline", "batch_size", "cache_dir", "benchmarks", "dictionary",
-                        "transplants", "auto_transplants", "edit", "counterfactual_edits",
-                        "rerank", "csls_k", "qbnorm_beta", "dn_weight", "knn", "knn_index", "knn_nlist",
-                        "knn_nprobe", "knn_hnsw_m", "knn_ef_search")
+                        "transplants", "auto_transplants", "edit", "counterfactual_edits", "rerank", "knn")
 
 
 def cache_key(model: str, pretrained: str | None, config: EvalConfig) -> str:
@@ -221,7 +213,7 @@ def run_evaluation(
     if unknown:
         raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
     labelled = _load_dictionary(encoder, config, model) if config.dictionary else None
-    bank = _load_bank(config) if config.rerank else None
+    bank = _load_bank(config) if config.rerank.fixes else None
     if config.diagnostics:
         knn_options(config)  # bad --knn flags or a missing FAISS fail before anything is embedded
     cache = cache if cache is not None else EmbeddingCache(encoder, batch_size=config.batch_size, progress=progress)
@@ -276,19 +268,10 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
 
 def _load_bank(config: EvalConfig):
     """The --bank image-caption set, checked before any embedding work (None: the fixes use the test set)."""
-    from lace.eval.rerank import RERANKS, RerankOptions
-
-    unknown = [name for name in config.rerank if name not in RERANKS]
-    if unknown:
-        raise LaceInputError(f"--rerank: unknown fix(es) {unknown}; expected some of {list(RERANKS)}")
     if not config.diagnostics:
         raise LaceInputError("--rerank adds to the diagnostics: drop --no-diagnostics")
     if config.bank_size < 0:
         raise LaceInputError(f"--bank-size: expected >= 0 (0 takes all), got {config.bank_size}")
-    try:
-        RerankOptions(csls_k=config.csls_k, qbnorm_beta=config.qbnorm_beta, dn_weight=config.dn_weight)
-    except ValueError as error:
-        raise LaceInputError(f"--csls-k / --qbnorm-beta: {error}") from error
     if config.bank is None:
         return None
     return get_benchmark("retrieval").load(config.bank, split=config.bank_split).dataset
@@ -296,8 +279,6 @@ def _load_bank(config: EvalConfig):
 
 def _bank_embeddings(cache: EmbeddingCache, bank, config: EvalConfig):
     """A `QueryBank` of up to `bank_size` images and captions of the bank set, drawn with the seed."""
-    from lace.eval.rerank import QueryBank
-
     generator = np.random.default_rng(config.seed)
     images, captions = [str(record.image_path) for record in bank.records], list(bank.captions)
     if config.bank_size:
@@ -306,13 +287,9 @@ def _bank_embeddings(cache: EmbeddingCache, bank, config: EvalConfig):
     return QueryBank(cache.images([(path, None) for path in images]), cache.texts(captions))
 
 
-def knn_options(config: EvalConfig):
-    """The diagnostics' top-k search (`lace.eval.neighbours.KnnOptions`) from the --knn flags."""
-    from lace.eval.neighbours import KnnOptions
-
-    options = KnnOptions(backend=config.knn, index=config.knn_index, nlist=config.knn_nlist,
-                         nprobe=config.knn_nprobe, hnsw_m=config.knn_hnsw_m, ef_search=config.knn_ef_search,
-                         seed=config.seed)
+def knn_options(config: EvalConfig) -> KnnOptions:
+    """The diagnostics' top-k search: `config.knn`, seeded with `config.seed` unless it sets its own seed."""
+    options = config.knn if config.knn.seed is not None else dataclasses.replace(config.knn, seed=config.seed)
     if options.backend == "faiss":
         from lace.eval.faiss_search import import_faiss
 
@@ -331,14 +308,13 @@ def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalC
     owner = dataset.caption_image_index
     figures = {"n_images": float(images.shape[0]), "n_captions": float(texts.shape[0])}
     knn = knn_options(config)
-    if config.rerank:
+    if config.rerank.fixes:
         from lace.eval.diagnostics import GeometryOptions, reranked_geometry
-        from lace.eval.rerank import RerankOptions
 
         figures.update(reranked_geometry(
-            images, texts, owner, config.rerank, _bank_embeddings(cache, bank, config) if bank is not None else None,
-            GeometryOptions(k=config.k, baseline=False, knn=knn),
-            RerankOptions(csls_k=config.csls_k, qbnorm_beta=config.qbnorm_beta, dn_weight=config.dn_weight)))
+            images, texts, owner, config.rerank.fixes,
+            _bank_embeddings(cache, bank, config) if bank is not None else None,
+            GeometryOptions(k=config.k, baseline=False, knn=knn), config.rerank))
     rule_negatives = _rule_negatives(config)
     figures.update(measure(MeasuredSplit(images, texts, owner, dataset.captions, encoder),
                            MeasureConfig(("geometry", "rule_brittleness"), k=config.k, baseline=config.baseline,

@@ -29,7 +29,7 @@ from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_dataset
 from lace.data.world.config import PALETTE
-from lace.data.world.counterfactuals import read_scenes, read_world_config
+from lace.data.world.folder import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
 from lace.experiment.fidelity_scores import family_figures, mean_or_none

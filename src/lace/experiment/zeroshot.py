@@ -10,13 +10,23 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
+
 from lace.data.world.zeroshot import ensure_zeroshot_tasks
 from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig, run_evaluation
 from lace.io import atomic_write_bytes
-from lace.report.wise_ft import zeroshot_top1
 
 MEAN_TOP1 = "mean over tasks/top1"
+
+
+def zeroshot_top1(benchmarks: dict) -> float:
+    """Mean top-1 accuracy over the zero-shot tasks of one results dict (`<task>/top1`)."""
+    values = [value for key, value in benchmarks.get("zeroshot", {}).items() if key.endswith("/top1")]
+    if not values or any(value is None for value in values):
+        raise LaceInputError("zero-shot results without top-1 figures: evaluate with --benchmarks zeroshot")
+    return float(np.mean(values))
 
 
 def zeroshot_figures(encoder: DualEncoder, name: str, config: EvalConfig) -> dict[str, float | None]:

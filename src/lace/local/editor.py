@@ -14,11 +14,13 @@ transplant a concept no object has onto one object's positions (objects alternat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from lace.concepts.directions import mention_matrix
+from lace.concepts.image_mentions import flat_captions, image_mentions
 from lace.concepts.vocabulary import Vocabulary
 from lace.local.edits import binding_swap, effect_check, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects, resize_objects
@@ -144,11 +146,11 @@ def group_mentions(vocabulary: Vocabulary, group: str, captions_per_image: list[
     names = vocabulary.groups().get(group)
     if names is None:
         raise ValueError(f"group: expected one of {sorted(vocabulary.groups())}, got {group!r}")
-    rows, ids = mention_matrix(vocabulary, [" . ".join(captions) for captions in captions_per_image])
-    all_names = vocabulary.names
-    mentions = torch.zeros(len(captions_per_image), len(all_names), dtype=torch.bool)
-    mentions[torch.from_numpy(rows), torch.from_numpy(ids)] = True
-    return mentions[:, [all_names.index(name) for name in names]], list(names)
+    captions, owner = flat_captions(captions_per_image)
+    counts = image_mentions(captions, owner, len(captions_per_image), partial(mention_matrix, vocabulary),
+                            len(vocabulary.concepts))  # (N_img, all concepts)
+    columns = [vocabulary.names.index(name) for name in names]
+    return torch.from_numpy(counts[:, columns] >= 1), list(names)
 
 
 def fit_recolour_editor(clip: torch.nn.Module, raw_pixels: Tensor, normalise, captions_per_image: list[list[str]],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lace.concepts.labelled import (
@@ -122,7 +121,4 @@ def concept_columns(rules) -> list[str]:
 
 def mentions_per_image(test: SplitFeatures, rules, min_captions: int = 1) -> tuple[torch.Tensor, list[str]]:
     """(N_img, C) bool: concepts named by at least `min_captions` of each image's captions."""
-    per_caption, names = caption_concepts([[c] for c in test.captions], rules)  # (N_txt, C)
-    counts = np.zeros((len(test.image_paths), per_caption.shape[1]), dtype=np.int64)
-    np.add.at(counts, test.caption_image_index, per_caption.numpy().astype(np.int64))
-    return torch.from_numpy(counts >= min_captions), names
+    return caption_concepts(test.captions_per_image, rules, min_captions)

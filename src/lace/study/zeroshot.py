@@ -14,12 +14,14 @@ is the mean of its prompts' unit text embeddings, as CLIP_benchmark builds them
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from lace.concepts.directions import mention_matrix
+from lace.concepts.image_mentions import image_mentions
 from lace.concepts.vocabulary import Vocabulary
 from lace.eval.measure import MeasureConfig, MeasuredSplit, register
 from lace.eval.metrics import zeroshot_scores
@@ -58,12 +60,9 @@ def caption_task(vocabulary: Vocabulary, split: SplitFeatures, min_images: int =
     """The caption-derived task of `split` (see the module's docstring): needs `captions`,
     `caption_image_index` and `image_paths`."""
     objects = Vocabulary("objects", vocabulary.of_kind("object"))
-    rows, concepts = mention_matrix(objects, split.captions)
-    image_of = np.asarray(split.caption_image_index, dtype=np.int64)
-    captions_of = np.bincount(image_of, minlength=len(split.image_paths))  # (N_img,)
-    naming = np.zeros((len(split.image_paths), len(objects.concepts)), dtype=np.int64)  # captions naming each object
-    for row, concept in set(zip(rows.tolist(), concepts.tolist())):
-        naming[image_of[row], concept] += 1
+    captions_of = np.bincount(split.caption_image_index, minlength=len(split.image_paths))  # (N_img,)
+    naming = image_mentions(split.captions, split.caption_image_index, len(split.image_paths),
+                            partial(mention_matrix, objects), len(objects.concepts))  # captions naming each object
     agreed = naming >= np.maximum(1, np.ceil(CONSENSUS * captions_of - 1e-9))[:, None]  # (N_img, C)
     single = {int(image): int(np.flatnonzero(agreed[image])[0]) for image in np.flatnonzero(agreed.sum(axis=1) == 1)}
     counts = np.bincount(list(single.values()), minlength=len(objects.concepts)) if single else np.zeros(0, int)

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lace.config import config_from_dict, config_to_dict
+from lace.config import config_to_dict
 from lace.data.world.config import WorldConfig
+from lace.data.world.folder import read_world_config
 from lace.data.world.render import render_scene
 from lace.data.world.scene import SPLIT_CODES, colour_shape_combinations, sample_scene
 from lace.data.world.writer import encode_png
@@ -46,16 +47,6 @@ TEMPLATES = {
     "count": ["{c}.", "a photo of {c}."],
 }
 MAX_DRAWS_PER_IMAGE = 200  # rejection sampling: a class is drawn about 1 in 8 times
-
-
-def world_config(world_dir: str | Path) -> WorldConfig:
-    """The config a finished world was written with (its `world.json`)."""
-    path = Path(world_dir) / "world.json"
-    record = read_json(path) if path.is_file() else None
-    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
-        raise LaceInputError(f"{path}: expected a finished shapes world (world.json with its 'config'); "
-                             f"write one with `lace world --out {Path(world_dir)}`")
-    return config_from_dict(WorldConfig, record["config"], source=str(path))
 
 
 def _rng(config: WorldConfig, task: str, index: int) -> np.random.Generator:
@@ -107,7 +98,7 @@ def ensure_zeroshot_tasks(world_dir: str | Path, per_class: int = 20) -> Path:
         raise LaceInputError(f"world zero-shot tasks: expected at least 1 image per class (got {per_class})")
     world_dir = Path(world_dir)
     out = world_dir / ZEROSHOT_DIR
-    config = world_config(world_dir)
+    config = read_world_config(world_dir)
     index_path = out / "tasks.json"
     wanted = {"per_class": per_class, "world": config_to_dict(config)}
     if index_path.is_file():
