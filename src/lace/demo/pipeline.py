@@ -39,6 +39,7 @@ from lace.edits import CounterfactualEditor, EditConfig, build_editor
 from lace.edits.records import EDIT_KINDS
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
 from lace.experiment.parallel import Stage, run_stages
 from lace.experiment.stages import StageRunner, stage_key
@@ -53,7 +54,6 @@ from lace.experiment.variants import (
 from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
-from lace.errors import LaceInputError
 from lace.io import atomic_write_json, read_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
