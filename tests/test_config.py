@@ -161,3 +161,15 @@ def test_demo_config_fine_tunes_a_train_config_delta_under_the_flags_and_yaml_na
     model.write_text("finetune: {model: ViT-B-32}\n")
     with pytest.raises(LaceInputError, match=r"field 'finetune.model'"):
         load_config(DemoConfig, model)
+
+
+def test_train_keeps_the_flag_and_yaml_key_of_m_after_it_moved_into_the_editor(tmp_path):
+    from lace.train.config import TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, TrainConfig)
+    assert config_from_args(TrainConfig, parser.parse_args(["--n-edits", "2"])).edit.n_edits == 2
+    assert config_from_args(TrainConfig, parser.parse_args(["--edit-n-edits", "3"])).edit.n_edits == 3
+    path = tmp_path / "train.yaml"
+    path.write_text("n_edits: 5\n")
+    assert config_from_args(TrainConfig, parser.parse_args([]), yaml_path=path).edit.n_edits == 5

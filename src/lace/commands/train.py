@@ -9,8 +9,7 @@ from lace.commands.common import add_progress_argument
 from lace.config import add_config_arguments, config_from_args
 from lace.train import TrainConfig, train
 
-# `--n-edits` named TrainConfig.n_edits before M moved into the editor's config
-TRAIN_FLAGS = {"output": ("--out", "--output"), "edit.n_edits": ("--edit-n-edits", "--n-edits")}
+TRAIN_FLAGS = {"output": ("--out", "--output")}
 
 
 def add_parser(subparsers) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lace.edits.captions import KINDS as RULE_KINDS
 from lace.edits.config import EditConfig
@@ -32,6 +33,9 @@ class ArmSwitches:
 @dataclass
 class TrainConfig(ArmSwitches):
     """Contrastive (fine-)tuning of a dual encoder, with or without LACE negatives."""
+
+    # M was TrainConfig.n_edits before it moved into the editor's config: its flag and YAML key keep working
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {"edit.n_edits": ("--edit-n-edits", "--n-edits")}
 
     model: str = "lace-tiny"
     """Architecture: an open_clip name (ViT-B-32, lace-tiny, lace-micro-32, ...)."""
