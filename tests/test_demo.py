@@ -209,3 +209,25 @@ def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:
     for row in grid["rows"]:
         assert f"| {row['source']} | {row['label']} | {row['target_count']} |" in report
 
+
+
+def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_path):
+    out, softmax = demo
+    reuse_run(out, tmp_path / "sigmoid")
+    config = replace(TINY, loss="sigmoid", softmax_run=str(out), only_variants=("plain", "LACE"))
+    assert config.model == "lace-micro-rn-sigmoid-32"  # the default model's twin with a logit bias
+    summary = run_demo(config, tmp_path / "sigmoid", log=lambda _: None)
+    assert summary["reused"]["world"] and not summary["reused"]["base"]  # another model: its own base
+    for stage in ("base", "finetune plain seed 0", "finetune LACE seed 0"):
+        result = json.loads((tmp_path / "sigmoid" / "stages" / f"{stage}.json").read_text())["result"]
+        assert result["train_config"]["loss"] == "sigmoid" and "logit_bias" in result["last_metrics"]
+    assert summary["softmax_run"]["same_world"] and summary["softmax_run"]["loss"] == "clip"
+    report = (tmp_path / "sigmoid" / "report.md").read_text()
+    assert "## Sigmoid loss beside softmax" in report and "SigLIP-style" in report
+    for row in ("base (clip)", "base (sigmoid)", "plain (clip)", "plain (sigmoid)", "LACE (clip)", "LACE (sigmoid)"):
+        assert f"| {row} |" in report, row
+    plain_clip = softmax["evaluations"]["plain seed 0"]["test"]["benchmarks"]["retrieval"]["i2t/R@1"]
+    assert f"{plain_clip:.3f}" in report.split("## Sigmoid loss beside softmax")[1].split("## What improved")[0]
+    assert "Sigmoid loss beside softmax" not in (out / "report.md").read_text()  # the default demo is unchanged
+    with pytest.raises(LaceInputError, match="loss"):
+        DemoConfig(loss="hinge")

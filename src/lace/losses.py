@@ -1,4 +1,4 @@
-"""Contrastive losses as pure functions: the plain CLIP loss and the LACE loss.
+"""Contrastive losses as pure functions: the plain CLIP loss, the LACE loss and SigLIP's sigmoid loss.
 
 `U` (B, d) and `V` (B, d) are unit image and text embeddings of B matching pairs;
 `logit_scale` is the temperature already exponentiated (`s = logit_scale.exp()`, what
@@ -34,6 +34,14 @@ columns of all processes (`gallery_images`, `gallery_texts`, gathered with gradi
 own pairs sit at `row_offset`). The counterfactual negatives of a pair only ever extend
 its own row, so they never leave their process. The mean of the per-process losses is
 then exactly the single-process loss of the global batch, and so are its gradients.
+
+The sigmoid loss (`sigmoid_loss`, SigLIP's, open_clip's `SigLipLoss`) takes the same arguments plus
+the learned `logit_bias` b: one binary term `-log sigmoid(z (s u.v + b))` per image-caption pair,
+z = +1 for a match and -1 otherwise, summed and divided by the batch size. A counterfactual negative
+is one more z = -1 term, in the row it belongs to; nothing is normalised over a row, so a negative
+never changes another term. Data parallel: the rows of the own images against every gathered caption
+(each pair of the global batch is one term in exactly one process), so the mean over processes is
+again the single-process loss.
 """
 
 from __future__ import annotations
@@ -189,3 +197,82 @@ def lace_loss(
         + F.cross_entropy(text_to_image[:, : gallery_images.shape[0]], targets)
     )
     return plain + weight * (extended - plain)
+
+
+def _negative_terms(queries: Tensor, negatives: Tensor | None, valid: Tensor | None, logit_scale: Tensor,
+                    logit_bias: Tensor) -> Tensor:
+    """Sum over the valid (B, M, d) negatives of `-log sigmoid(-(s q.n + b))`, a scalar (0 without any)."""
+    if negatives is None:
+        return queries.new_zeros(())
+    if negatives.ndim != 3 or negatives.shape[0] != queries.shape[0] or negatives.shape[2] != queries.shape[1]:
+        raise ValueError(
+            f"negatives must have shape (B, M, d) = ({queries.shape[0]}, M, {queries.shape[1]}), "
+            f"got {tuple(negatives.shape)}"
+        )
+    if valid is None:
+        valid = torch.ones(negatives.shape[:2], dtype=torch.bool, device=negatives.device)
+    if valid.shape != negatives.shape[:2]:
+        raise ValueError(f"valid must have shape {tuple(negatives.shape[:2])}, got {tuple(valid.shape)}")
+    # as in `_extended_logits`: whatever an invalid slot holds (even NaN) never reaches the loss or its gradient
+    negatives = torch.where(valid.unsqueeze(-1), negatives, torch.zeros((), dtype=negatives.dtype, device=negatives.device))
+    logits = logit_scale * torch.einsum("bd,bmd->bm", queries, negatives.to(queries.dtype)) + logit_bias  # (B, M)
+    terms = -F.logsigmoid(-logits)  # (B, M)
+    return torch.where(valid, terms, torch.zeros((), dtype=terms.dtype, device=terms.device)).sum()
+
+
+def sigmoid_loss(
+    U: Tensor,
+    V: Tensor,
+    logit_scale: Tensor,
+    caption_negatives: Tensor | None = None,
+    caption_valid: Tensor | None = None,
+    image_negatives: Tensor | None = None,
+    image_valid: Tensor | None = None,
+    weight: float = 1.0,
+    *,
+    logit_bias: Tensor,
+    gallery_images: Tensor | None = None,
+    gallery_texts: Tensor | None = None,
+    row_offset: int = 0,
+    false_negatives: Tensor | None = None,
+) -> Tensor:
+    """SigLIP's sigmoid loss, with counterfactual negatives as extra z = -1 terms.
+
+    `plain = -(1/B) sum_{i, g} log sigmoid(z_ig (s U_i . T_g + b))` over the B own image rows i and
+    every caption column g of the gallery T, z_ig = +1 where g is row i's own caption
+    (`row_offset + i`) and -1 elsewhere: open_clip's `SigLipLoss`. The counterfactual terms are
+    `extra = -(1/B) [sum_{i,m} log sigmoid(-(s U_i . caption_negatives_im + b))
+                   + sum_{j,m} log sigmoid(-(s V_j . image_negatives_jm + b))]` over the valid slots,
+    and the loss is `plain + weight * extra`.
+
+    Args:
+        U, V, logit_scale, caption_negatives, caption_valid, image_negatives, image_valid, gallery_*,
+            row_offset: as in `lace_loss`. Only `gallery_texts` makes terms (one matrix of images
+            against captions, as in SigLIP); `gallery_images` is checked like it, for the same call.
+        weight: w on the counterfactual terms; 0 gives the plain sigmoid loss.
+        logit_bias: scalar b, the model's learned bias (SigLIP initialises it at -10).
+        false_negatives: (B, G) bool, pairs (i, g) whose term is left out (other copies of row i's
+            image or caption, `duplicate_pairs`); the own pair is never left out.
+    Returns:
+        scalar loss.
+    """
+    gallery_images = U if gallery_images is None else gallery_images
+    gallery_texts = V if gallery_texts is None else gallery_texts
+    _check_shapes(U, V, logit_scale, gallery_images, gallery_texts, row_offset, false_negatives)
+    if torch.as_tensor(logit_bias).numel() != 1:
+        raise input_error("sigmoid loss", "logit_bias", "a scalar", tuple(torch.as_tensor(logit_bias).shape))
+    n_rows, rows = U.shape[0], torch.arange(U.shape[0], device=U.device)
+    logits = logit_scale * U @ gallery_texts.T + logit_bias  # (B, G)
+    signs = -torch.ones_like(logits)
+    signs[rows, _targets(n_rows, row_offset, U.device)] = 1.0
+    terms = -F.logsigmoid(signs * logits)  # (B, G)
+    if false_negatives is not None:
+        keep = ~false_negatives.to(torch.bool)
+        keep[rows, _targets(n_rows, row_offset, U.device)] = True
+        terms = torch.where(keep, terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
+    plain = terms.sum() / n_rows
+    if caption_negatives is None and image_negatives is None:
+        return plain
+    extra = (_negative_terms(U, caption_negatives, caption_valid, logit_scale, logit_bias)
+             + _negative_terms(V, image_negatives, image_valid, logit_scale, logit_bias)) / n_rows
+    return plain + weight * extra

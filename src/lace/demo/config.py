@@ -27,6 +27,9 @@ CLIP_SUGARCREPE = {
     "replace_relation": 0.69,
 }
 CALIBRATION_TOLERANCE = 0.10
+DEMO_LOSSES = ("clip", "sigmoid")
+SIGMOID_TWINS = {"lace-micro-rn-32": "lace-micro-rn-sigmoid-32", "lace-micro-32": "lace-micro-sigmoid-32"}
+"""The lace-tiny architectures with a learned logit bias (SigLIP's `init_logit_bias`), by their CLIP twin."""
 
 # World knobs chosen on the validation split so that the base fails like CLIP (see
 # docs/calibration.md for every setting tried and what it measured). Small splits
@@ -56,9 +59,10 @@ FINETUNE_SET_BY_THE_DEMO = (
     "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "batch_size",
     "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints",
     "counterfactual_captions", "counterfactual_images", "caption_negatives", "paired_caption_directions",
-    "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source")
+    "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source", "loss")
 """Fine-tune fields the demo sets itself: the model, its data and run folders, the batch size, the warm-up (a
-tenth of the steps, at most 50), the seeds, and the switches each variant of `lace.experiment.variants` sets."""
+tenth of the steps, at most 50), the seeds, the switches each variant of `lace.experiment.variants` sets, and the
+loss (`DemoConfig.loss`, the base's too)."""
 
 
 @dataclass
@@ -88,6 +92,12 @@ class DemoConfig:
     model: str = "lace-micro-rn-32"
     """lace-tiny architecture trained from scratch (its image size must match image_size); the default's
     convolutional image tower learns shapes and positions within the demo's budget, the ViTs' do not."""
+    loss: str = "clip"
+    """Contrastive loss of the base and every fine-tune: clip (softmax) or sigmoid (SigLIP's; the model becomes
+    its twin with a learned logit bias, lace-micro-rn-sigmoid-32 for the default)."""
+    softmax_run: str | None = None
+    """With loss sigmoid: the folder of a softmax demo run on the same world, whose figures the report puts
+    beside the sigmoid ones."""
     batch_size: int = 128
     """Pairs per contrastive batch."""
     base_steps: int = 800
@@ -130,6 +140,10 @@ class DemoConfig:
                                       "(its world, model, batch size, seeds and each variant's switches)", value)
         if self.jobs < 0:
             raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
+        if self.loss not in DEMO_LOSSES:
+            raise input_error("DemoConfig", "loss", f"one of {DEMO_LOSSES}", self.loss)
+        if self.loss == "sigmoid":
+            self.model = SIGMOID_TWINS.get(self.model, self.model)
 
     @property
     def workers(self) -> int:

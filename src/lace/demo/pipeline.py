@@ -39,6 +39,7 @@ from lace.edits import CounterfactualEditor, EditConfig, build_editor
 from lace.edits.records import EDIT_KINDS
 from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
+from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
 from lace.experiment.parallel import Stage, run_stages
 from lace.experiment.stages import StageRunner, stage_key
@@ -53,7 +54,7 @@ from lace.experiment.variants import (
 from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
-from lace.io import atomic_write_json
+from lace.io import atomic_write_json, read_json
 from lace.train import TensorPairs, TrainConfig, export_run, train
 
 INSTRUMENT_EDITS = 4
@@ -107,7 +108,8 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     key = world_key(world)
     runner.run("world", key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
-    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed)
+    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed,
+                         *(() if config.loss == "clip" else (config.loss,)))  # the default demo keeps its keys
     base_path = out / "models" / "base.pt"
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
@@ -145,6 +147,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     runner = StageRunner(out, log)
+    softmax = softmax_run_figures(config) if config.softmax_run else None  # read first: a bad folder fails now
     pixel_encoder = load_encoder(config.model)  # only its preprocess is used: the same for every checkpoint
     decoded = {} if decoded is None else decoded
 
@@ -165,6 +168,8 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         measured.zeroshot[name] = results[f"zeroshot {name}"]
     summary = _summary(config, runner, foundation, measured, results["edit_grids"],
                        results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
+    if softmax is not None:
+        summary["softmax_run"] = softmax
     _write_results(summary, out)  # stage 8
     return summary
 
@@ -332,6 +337,20 @@ def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
     return keys
 
 
+def softmax_run_figures(config: DemoConfig) -> dict:
+    """What the report of a sigmoid demo puts beside its own figures: the softmax run's evaluations and zero-shot
+    figures, read from its results.json, and whether it ran on the same world."""
+    path = Path(config.softmax_run) / "results.json"
+    summary = read_json(path)
+    if not isinstance(summary, dict) or "evaluations" not in summary:
+        raise LaceInputError(f"{path}: field 'evaluations': expected the results.json of a finished demo run "
+                             "(--softmax-run)")
+    return {"path": str(path), "loss": summary.get("config", {}).get("loss", "clip"),
+            "model": summary.get("config", {}).get("model"), "seed": summary.get("config", {}).get("seed"),
+            "same_world": summary.get("world") == config_to_dict(world_config(config)),
+            "evaluations": summary["evaluations"], "zeroshot": summary.get("zeroshot", {})}
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
@@ -351,7 +370,7 @@ def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path
     train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
                                batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
                                warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
-                               lr=config.base_lr, seed=config.seed)
+                               lr=config.base_lr, seed=config.seed, loss=config.loss)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -372,7 +391,7 @@ def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, o
     train_config = variant_config(replace(
         config.finetune, model=config.model, output=str(out / "runs" / f"{_slug(variant)}-seed{seed}"),
         batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
-        vocabulary=vocabulary), variant)
+        vocabulary=vocabulary, loss=config.loss), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)

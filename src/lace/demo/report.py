@@ -179,11 +179,48 @@ def write_demo_report(summary: dict, out: Path) -> tuple[Path, Path]:
     return report.write(out)
 
 
-def _summary_section(report: Report, summary: dict, out: Path) -> None:
-    """What was run, the headline table and which claims held."""
-    evaluations = summary["evaluations"]
+def tagged(evaluations: dict, tag: str) -> dict:
+    """`evaluations` with every model renamed `<variant> (<tag>)[ seed s]`, so two runs share one table."""
+    return {f"{variant_of(model)} ({tag}){model[len(variant_of(model)):]}": results
+            for model, results in evaluations.items()}
+
+
+def interleaved(first: dict, second: dict) -> dict:
+    """The models of two tagged runs, each variant's rows of `first` then those of `second`."""
+    variants = list(dict.fromkeys(variant_of(m).rsplit(" (", 1)[0] for m in [*first, *second]))
+    return {m: r for v in variants for runs in (first, second) for m, r in runs.items()
+            if variant_of(m).rsplit(" (", 1)[0] == v}
+
+
+def add_loss_comparison(report: Report, summary: dict) -> None:
+    """The sigmoid run's figures beside the softmax run's (`summary["softmax_run"]`), variant by variant."""
+    other = summary["softmax_run"]
+    report.heading("Sigmoid loss beside softmax")
+    if not other["same_world"]:
+        report.bullets([(f"{other['path']}: made on another world than this run; its figures are not "
+                         "comparable and are left out")])
+        return
     report.paragraph(
-        f"A {summary['config']['model']} CLIP (lace-tiny family) is pretrained from scratch on web-like captions "
+        f"This run trained {summary['config']['model']} with SigLIP's sigmoid loss (a learned logit bias; "
+        f"counterfactual negatives as extra z = -1 terms); the softmax rows are {other['model']} with the CLIP loss, "
+        f"from {other['path']} (seed {other['seed']}), on the same world, with the same steps and data order."
+    )
+    mine, theirs = tagged(summary["evaluations"], "sigmoid"), tagged(other["evaluations"], other["loss"])
+    for split, title in (("test", "in-distribution test"), ("test_comp", "compositional test")):
+        report.table(results_table(interleaved(theirs, mine), split, SUMMARY_COLUMNS, f"{title} split; binding "
+                                   "accuracy (chance 0.5), Winoground group, recall@1, skewness of N10, one-way rate"))
+    zeroshot = interleaved(tagged(other["zeroshot"], other["loss"]), tagged(summary["zeroshot"], "sigmoid"))
+    report.table(zeroshot_table(zeroshot, "zero-shot on the world's tasks, top-1 per task (chance 1/classes)"))
+
+
+def _summary_section(report: Report, summary: dict, out: Path) -> None:
+    """What was run, the headline table and which claims held (and, for a sigmoid run given a softmax one, the
+    two side by side)."""
+    evaluations = summary["evaluations"]
+    sigmoid = summary["config"].get("loss") == "sigmoid"
+    kind = "SigLIP-style model (sigmoid loss, learned logit bias)" if sigmoid else "CLIP"
+    report.paragraph(
+        f"A {summary['config']['model']} {kind} (lace-tiny family) is pretrained from scratch on web-like captions "
         "of a rendered shapes world "
         "(the base that does not bind), then fine-tuned on COCO-like captions in each variant below, with the "
         "same data order, seeds and steps. Every number here is read from results.json in this folder."
@@ -191,6 +228,8 @@ def _summary_section(report: Report, summary: dict, out: Path) -> None:
     report.heading("Summary (in-distribution test split)")
     report.table(results_table(evaluations, "test", SUMMARY_COLUMNS,
                                "binding accuracy (chance 0.5), Winoground group (chance 1/6), recall@1, hubness skewness of N10, one-way rate"))
+    if "softmax_run" in summary:
+        add_loss_comparison(report, summary)
     report.heading("What improved and what did not")
     report.bullets([f"{'held' if held else 'did not hold' if held is not None else 'not measured'}: {text} — {evidence}"
                     for text, held, evidence in claims(evaluations)])

@@ -34,6 +34,12 @@ class DualEncoder(torch.nn.Module, ABC):
     def logit_scale(self) -> torch.nn.Parameter:
         """The learned temperature as a log-scale parameter; logits use `logit_scale.exp()`."""
 
+    @property
+    def logit_bias(self) -> torch.nn.Parameter | None:
+        """The learned logit bias b of sigmoid-loss models (SigLIP: logits `s u.v + b`); None for CLIP-style
+        models. It shifts every logit alike, so rankings by cosine do not see it."""
+        return None
+
     @abstractmethod
     def tokenize(self, texts: list[str]) -> torch.Tensor:
         """Texts -> token ids (N, L) on the CPU."""

@@ -1,4 +1,4 @@
-"""Hugging Face `transformers.CLIPModel` as a `DualEncoder` (extra `lace[hf]`)."""
+"""Hugging Face `transformers.CLIPModel` and `SiglipModel` as `DualEncoder`s (extra `lace[hf]`)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,83 @@ def load_hf_clip(source: str, device: str | torch.device = "cpu") -> HuggingFace
     except OSError:
         pass  # no preprocessor_config.json: CLIP's own normalisation
     return HuggingFaceClipEncoder(model.to(device), tokenizer, f"{HF_PREFIX}{source}", image_size, mean, std)
+
+
+HF_SIGLIP_PREFIX = "hf-siglip:"
+
+
+class HuggingFaceSiglipEncoder(HuggingFaceClipEncoder):
+    """Wraps `transformers.SiglipModel` and its tokenizer; `self.model` is the trainable module.
+
+    SigLIP's text tower attends to every position and pools the last one, and was trained on captions
+    padded to its full context (`max_position_embeddings`, 64) without an attention mask: `tokenize` pads
+    every caption to that length (the processor's `padding="max_length"`), so a caption's embedding does
+    not depend on the others in its batch. Images are resized to the square input, without a crop, as
+    `SiglipImageProcessor` does.
+    """
+
+    def __init__(self, model, tokenizer, name: str, image_size: int, mean, std, resample):
+        super().__init__(model, tokenizer, name, image_size, mean, std)
+        normalize = transforms.Normalize(mean=mean, std=std)
+        self.preprocess = transforms.Compose([
+            transforms.Lambda(lambda image: image.convert("RGB")),
+            transforms.Resize((image_size, image_size), interpolation=resample),
+            transforms.ToTensor(),
+            normalize,
+        ])
+        self.preprocess_train = transforms.Compose([
+            transforms.Lambda(lambda image: image.convert("RGB")),
+            transforms.RandomResizedCrop(image_size, scale=(0.9, 1.0), interpolation=resample),
+            transforms.ToTensor(),
+            normalize,
+        ])
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.model.config.vision_config.hidden_size)
+
+    @property
+    def logit_scale(self) -> torch.nn.Parameter:
+        return self.model.logit_scale
+
+    @property
+    def logit_bias(self) -> torch.nn.Parameter:
+        return self.model.logit_bias
+
+    def tokenize(self, texts: list[str]) -> torch.Tensor:
+        batch = self._tokenizer(
+            texts, padding="max_length", truncation=True,
+            max_length=self.model.config.text_config.max_position_embeddings, return_tensors="pt",
+        )
+        return batch["input_ids"]
+
+
+def load_hf_siglip(source: str, device: str | torch.device = "cpu") -> HuggingFaceSiglipEncoder:
+    """Load `SiglipModel` + tokenizer from a local directory or a hub id (`hf-siglip:<source>`)."""
+    try:
+        from transformers import AutoTokenizer, SiglipImageProcessor, SiglipModel
+    except ImportError as error:  # pragma: no cover - depends on the install
+        raise LaceInputError("hf-siglip models need transformers: pip install 'lace[hf]'") from error
+    source = source.removeprefix(HF_SIGLIP_PREFIX)
+    local = Path(source)
+    if local.exists() and not (local / "config.json").is_file():
+        raise LaceInputError(f"{local}: expected a Hugging Face model folder with config.json")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = SiglipModel.from_pretrained(source)
+    except (OSError, ValueError, ImportError) as error:
+        raise LaceInputError(
+            f"{source}: could not load a SiglipModel and its tokenizer ({type(error).__name__}: "
+            f"{(str(error).strip().splitlines() or [''])[0]}); pass hf-siglip:<folder> with config.json, the "
+            f"weights and the tokenizer files (tokenizer.json or spiece.model, tokenizer_config.json), e.g. a "
+            f"`save_pretrained` copy"
+        ) from error
+    image_size = model.config.vision_config.image_size
+    mean, std, resample = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), transforms.InterpolationMode.BICUBIC
+    try:
+        processor = SiglipImageProcessor.from_pretrained(source)
+        mean, std = processor.image_mean, processor.image_std
+    except OSError:
+        pass  # no preprocessor_config.json: SigLIP's own normalisation
+    return HuggingFaceSiglipEncoder(model.to(device), tokenizer, f"{HF_SIGLIP_PREFIX}{source}", image_size, mean,
+                                    std, resample)

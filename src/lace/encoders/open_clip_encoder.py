@@ -6,6 +6,11 @@ a silent change of every embedding. `load_open_clip` builds QuickGELU whenever t
 weights were trained with it (`quick_gelu_for`): the pretrained tag says so in open_clip's
 registry, or a checkpoint's side JSON (`<checkpoint>.json`, written by `lace export`)
 records it.
+
+SigLIP: open_clip's SigLIP and SigLIP 2 configs (`ViT-B-16-SigLIP2`, ...) build a model with a learned
+`logit_bias` (`init_logit_bias` in the config), timm image towers and Hugging Face tokenizers. The
+tokenizer is loaded before the model, so one that cannot be had (offline, no local copy) is a
+`LaceInputError` naming it and how to point at a local copy, not a hub traceback after the build.
 """
 
 from __future__ import annotations
@@ -73,6 +78,10 @@ class OpenClipEncoder(DualEncoder):
     def logit_scale(self) -> torch.nn.Parameter:
         return self.model.logit_scale
 
+    @property
+    def logit_bias(self) -> torch.nn.Parameter | None:
+        return getattr(self.model, "logit_bias", None)
+
     def tokenize(self, texts: list[str]) -> torch.Tensor:
         # Training and evaluation see the same captions again and again, so each distinct caption
         # is tokenised once per process (by `WordCachedTokenizer`, itself faster than open_clip's).
@@ -137,7 +146,7 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
         close = [name for name in known if model.lower()[:4] in name.lower()][:8]
         raise LaceInputError(
             f"unknown model name {model!r}: expected an open_clip architecture "
-            f"(e.g. ViT-B-32, {', '.join(tiny_model_names())}), 'hf-clip:<dir or hub id>' or "
+            f"(e.g. ViT-B-32, {', '.join(tiny_model_names())}), 'hf-clip:<dir or hub id>', 'hf-siglip:<dir or hub id>' or "
             f"'lace-towers'" + (f"; close names: {close}" if close else "")
         )
     if pretrained is not None and pretrained.lower() == "none":
@@ -150,6 +159,7 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
             raise LaceInputError(
                 f"unknown pretrained tag {pretrained!r} for {model}: expected one of {tags} or a checkpoint path"
             )
+    tokenizer = _load_tokenizer(model)
     quick_gelu = quick_gelu_for(model, pretrained)
     # open_clip warns that random initialisation loaded no weights; here that was asked for.
     logging.disable(logging.WARNING if pretrained is None else logging.NOTSET)
@@ -161,16 +171,42 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
         # weights_only refuses a pickle that would build anything but tensors (it could run code)
         raise LaceInputError(f"{pretrained}: refused or unreadable checkpoint (--pretrained): expected a "
                              f"safetensors file or a state dict of tensors ({error})") from error
-    except RuntimeError as error:
-        if pretrained is None or not Path(pretrained).exists():
+    except (RuntimeError, OSError) as error:
+        if pretrained is None:
             raise
-        raise LaceInputError(f"{pretrained}: not a checkpoint of {model} (--pretrained): {error}") from error
+        if Path(pretrained).exists():
+            raise LaceInputError(f"{pretrained}: not a checkpoint of {model} (--pretrained): {error}") from error
+        # a pretrained tag whose weights are neither in the Hugging Face cache nor downloadable
+        raise LaceInputError(
+            f"{model}: the weights of pretrained tag {pretrained!r} are not in the Hugging Face cache and could not "
+            f"be downloaded ({type(error).__name__}); download them where there is a network and copy the cache "
+            f"(HF_HOME) here, or pass --pretrained <checkpoint file>") from error
     finally:
         logging.disable(logging.NOTSET)
-    if model not in _TOKENIZERS:  # building the BPE tables costs 0.1 s: once per name and process
-        _TOKENIZERS[model] = WordCachedTokenizer(open_clip.get_tokenizer(model))
-    tokenizer = _TOKENIZERS[model]
     return OpenClipEncoder(clip, model, preprocess_train, preprocess, tokenizer, quick_gelu=uses_quick_gelu(clip))
+
+
+def _load_tokenizer(model: str) -> WordCachedTokenizer:
+    """open_clip's tokenizer for `model`, once per name and process (building the BPE tables costs 0.1 s)."""
+    if model not in _TOKENIZERS:
+        try:
+            _TOKENIZERS[model] = WordCachedTokenizer(open_clip.get_tokenizer(model))
+        except (OSError, ImportError, ValueError) as error:
+            raise LaceInputError(_tokenizer_unavailable(model, error)) from error
+    return _TOKENIZERS[model]
+
+
+def _tokenizer_unavailable(model: str, error: Exception) -> str:
+    hub_id = (open_clip.get_model_config(model) or {}).get("text_cfg", {}).get("hf_tokenizer_name")
+    what = f"Hugging Face tokenizer {hub_id!r}" if hub_id else "SigLIP sentencepiece vocabulary (open_clip downloads it)"
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return (
+        f"{model}: its {what} could not be loaded: it is not in the Hugging Face cache and cannot be downloaded "
+        f"here ({type(error).__name__}: {first_line}). Download it where there is a network "
+        f"(`hf download {hub_id or '<repo>'}`) and copy the Hugging Face cache (HF_HOME) here, or put the model "
+        f"in a folder (open_clip_config.json, the weights and the tokenizer files tokenizer.json and "
+        f"tokenizer_config.json) and pass --model local-dir:<folder>"
+    )
 
 
 def uses_quick_gelu(model: torch.nn.Module) -> bool:

@@ -13,6 +13,7 @@ from lace.local.config import LocalEditConfig
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
 MISSING_IMAGE_POLICIES = ("skip", "error")
+LOSSES = ("auto", "clip", "sigmoid")
 
 
 class ArmSwitches:
@@ -78,6 +79,9 @@ class TrainConfig(ArmSwitches):
     """Clip the global gradient norm to this value (None: no clipping)."""
     grad_accumulation: int = 1
     """Batches per optimiser step; each batch is its own contrastive loss, gradients averaged."""
+    loss: str = "auto"
+    """Contrastive loss: auto (sigmoid for a model with a logit bias, SigLIP's; the softmax CLIP loss
+    otherwise), clip or sigmoid. The run's config.json records the loss it trained with."""
     mask_duplicate_pairs: bool = False
     """Leave other copies of a pair's image or caption in the batch (all processes) out of its softmax
     in both directions. Off by default: every other pair is a negative, as in open_clip's ClipLoss."""
@@ -119,7 +123,8 @@ class TrainConfig(ArmSwitches):
     rule_negatives_per_caption: int = 1
     """Rule-made negatives drawn per caption (each encoded by the text tower)."""
     counterfactual_weight: float = 1.0
-    """w in plain + w * (extended - plain); 1 is one softmax over batch and negatives."""
+    """w in plain + w * (extended - plain); 1 is one softmax over batch and negatives (with the sigmoid
+    loss: the weight of the negatives' own z = -1 terms)."""
     refresh_dictionary_every: int = 0
     """Refit the dictionary on recent embeddings every this many steps (0: never)."""
     refresh_pool_size: int = 4096
@@ -160,6 +165,7 @@ class TrainConfig(ArmSwitches):
             ("precision", self.precision, PRECISIONS),
             ("counterfactual_source", self.counterfactual_source, COUNTERFACTUAL_SOURCES),
             ("on_missing_image", self.on_missing_image, MISSING_IMAGE_POLICIES),
+            ("loss", self.loss, LOSSES),
         ):
             if value not in allowed:
                 raise input_error(where, name, f"one of {allowed}", value)

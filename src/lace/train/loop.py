@@ -41,7 +41,7 @@ from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
 from lace.local import build_local_editor
-from lace.losses import clip_loss, duplicate_pairs, lace_loss
+from lace.losses import duplicate_pairs
 from lace.row_random import RowGenerators
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
@@ -70,6 +70,7 @@ from lace.train.local_arm import (
     local_caption_negatives,
     map_negatives,
 )
+from lace.train.loss_choice import choose_loss, contrastive_losses, logit_bias_of
 from lace.train.lost_rank import WatchCollectives
 from lace.train.negatives import (
     BatchSources,
@@ -163,6 +164,8 @@ class Trainer:
         if encoder is None:
             encoder = load_encoder(config.model, config.pretrained, device="cpu")
         self.encoder = encoder.to(self.device)
+        self.config = config = choose_loss(config, self.encoder, log=context.is_main)
+        self.logit_bias = logit_bias_of(self.encoder)
         self.pairs, self.skipped_images = self._training_pairs(dataset)
         self.features = isinstance(self.pairs, (FeaturePairs, TopPairs))
         self.tops = isinstance(self.pairs, TopPairs)
@@ -343,13 +346,10 @@ class Trainer:
         gallery_images, offset = gather_with_grad(U, self.context)
         gallery_texts, _ = gather_with_grad(V, self.context)
         false_negatives = self._false_negatives(batch, offset) if config.mask_duplicate_pairs else None
-        loss = lace_loss(U, V, scale, negatives.caption_negatives, negatives.caption_valid,
-                         negatives.image_negatives, negatives.image_valid, weight=config.counterfactual_weight,
-                         gallery_images=gallery_images, gallery_texts=gallery_texts, row_offset=offset,
-                         false_negatives=false_negatives)
-        with torch.no_grad():
-            plain = clip_loss(U, V, scale, gallery_images=gallery_images, gallery_texts=gallery_texts,
-                              row_offset=offset, false_negatives=false_negatives)
+        loss, plain = contrastive_losses(config.loss, U, V, scale, self.logit_bias, negatives,
+                                         config.counterfactual_weight, gallery_images=gallery_images,
+                                         gallery_texts=gallery_texts, row_offset=offset,
+                                         false_negatives=false_negatives)
         if config.refresh_dictionary_every and self.editor is not None:
             # every process pools the whole global batch, in its global order: the refit then sees
             # the rows one process would, however many processes share the batch
@@ -547,6 +547,7 @@ class Trainer:
             "plain_loss": totals[1] / count,
             "lr": lr,
             "logit_scale": float(self.encoder.logit_scale.exp().item()),
+            **({"logit_bias": float(self.logit_bias.item())} if self.logit_bias is not None else {}),
             "samples_per_second": samples / max(seconds, 1e-9),
             "caption_negatives_valid_rows": totals[2] / max(samples, 1),
             "image_negatives_valid_rows": totals[3] / max(samples, 1),
