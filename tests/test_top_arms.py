@@ -275,6 +275,21 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     assert test["split"] == "test" and (out / "arms-test.md").is_file()
 
 
+def test_the_study_scores_zero_shot_on_an_image_folder_for_the_base_and_every_arm(tmp_path):
+    from lace.study.flickr8k_top_arms import run_tops_study
+
+    data, out, classes = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out", tmp_path / "classes"
+    for name, colour in (("red thing", "red"), ("blue thing", "blue")):
+        (classes / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (32, 32), PAINTS[colour]).save(classes / name / f"{i}.png")
+    result = run_tops_study(tiny_study(data, out, arms=("plain",), zeroshot_root=str(classes)), log=lambda _: None)
+    for run in (result["runs"]["base"][0], result["runs"]["plain"][0]):
+        top1 = [key for key in run if key.startswith("zeroshot/") and key.endswith("top1")]
+        assert top1 and all(0.0 <= run[key] <= 1.0 for key in top1)
+    assert any(key.startswith("zeroshot/") for key in result["summary"]["plain"])
+
+
 def test_lace_study_flickr8k_tops_passes_every_flag_it_shows(tmp_path, monkeypatch):
     """--edit-*, --zeroshot-*, --overwrite, --no-progress and the study's own knobs reach the config it runs."""
     import lace.study.flickr8k_top_arms as arms_module
