@@ -93,6 +93,24 @@ def duplicate_pairs(image_keys: Tensor, caption_keys: Tensor, gallery_image_keys
     return shared
 
 
+def _negative_logits(queries: Tensor, negatives: Tensor, valid: Tensor | None,
+                     logit_scale: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, M) logits `s q.n` of each query's own (B, M, d) negatives, and their (B, M) validity (all valid when
+    None). Invalid slots are zeroed before the product, so whatever they hold (even NaN) cannot leak into the
+    loss or its gradient; the caller masks their logits."""
+    if negatives.ndim != 3 or negatives.shape[0] != queries.shape[0] or negatives.shape[2] != queries.shape[1]:
+        raise ValueError(
+            f"negatives must have shape (B, M, d) = ({queries.shape[0]}, M, {queries.shape[1]}), "
+            f"got {tuple(negatives.shape)}"
+        )
+    if valid is None:
+        valid = torch.ones(negatives.shape[:2], dtype=torch.bool, device=negatives.device)
+    if valid.shape != negatives.shape[:2]:
+        raise ValueError(f"valid must have shape {tuple(negatives.shape[:2])}, got {tuple(valid.shape)}")
+    negatives = torch.where(valid.unsqueeze(-1), negatives, torch.zeros((), dtype=negatives.dtype, device=negatives.device))
+    return logit_scale * torch.einsum("bd,bmd->bm", queries, negatives.to(queries.dtype)), valid
+
+
 def _extended_logits(
     queries: Tensor, gallery: Tensor, logit_scale: Tensor, negatives: Tensor | None, valid: Tensor | None,
     false_negatives: Tensor | None = None,
@@ -103,19 +121,7 @@ def _extended_logits(
         logits = logits.masked_fill(false_negatives.to(torch.bool), float("-inf"))
     if negatives is None:
         return logits
-    if negatives.ndim != 3 or negatives.shape[0] != queries.shape[0] or negatives.shape[2] != queries.shape[1]:
-        raise ValueError(
-            f"negatives must have shape (B, M, d) = ({queries.shape[0]}, M, {queries.shape[1]}), "
-            f"got {tuple(negatives.shape)}"
-        )
-    if valid is None:
-        valid = torch.ones(negatives.shape[:2], dtype=torch.bool, device=negatives.device)
-    if valid.shape != negatives.shape[:2]:
-        raise ValueError(f"valid must have shape {tuple(negatives.shape[:2])}, got {tuple(valid.shape)}")
-    # Zero the invalid negatives before the product so that whatever they hold (even NaN)
-    # cannot leak into the gradient; their logits are then masked out of the softmax.
-    negatives = torch.where(valid.unsqueeze(-1), negatives, torch.zeros((), dtype=negatives.dtype, device=negatives.device))
-    extra = logit_scale * torch.einsum("bd,bmd->bm", queries, negatives.to(queries.dtype))  # (B, M)
+    extra, valid = _negative_logits(queries, negatives, valid, logit_scale)  # (B, M)
     extra = extra.masked_fill(~valid, float("-inf"))
     return torch.cat([logits, extra], dim=1)  # (B, G + M)
 
@@ -204,18 +210,8 @@ def _negative_terms(queries: Tensor, negatives: Tensor | None, valid: Tensor | N
     """Sum over the valid (B, M, d) negatives of `-log sigmoid(-(s q.n + b))`, a scalar (0 without any)."""
     if negatives is None:
         return queries.new_zeros(())
-    if negatives.ndim != 3 or negatives.shape[0] != queries.shape[0] or negatives.shape[2] != queries.shape[1]:
-        raise ValueError(
-            f"negatives must have shape (B, M, d) = ({queries.shape[0]}, M, {queries.shape[1]}), "
-            f"got {tuple(negatives.shape)}"
-        )
-    if valid is None:
-        valid = torch.ones(negatives.shape[:2], dtype=torch.bool, device=negatives.device)
-    if valid.shape != negatives.shape[:2]:
-        raise ValueError(f"valid must have shape {tuple(negatives.shape[:2])}, got {tuple(valid.shape)}")
-    # as in `_extended_logits`: whatever an invalid slot holds (even NaN) never reaches the loss or its gradient
-    negatives = torch.where(valid.unsqueeze(-1), negatives, torch.zeros((), dtype=negatives.dtype, device=negatives.device))
-    logits = logit_scale * torch.einsum("bd,bmd->bm", queries, negatives.to(queries.dtype)) + logit_bias  # (B, M)
+    logits, valid = _negative_logits(queries, negatives, valid, logit_scale)
+    logits = logits + logit_bias  # (B, M)
     terms = -F.logsigmoid(-logits)  # (B, M)
     return torch.where(valid, terms, torch.zeros((), dtype=terms.dtype, device=terms.device)).sum()
 
