@@ -78,3 +78,18 @@ def subprocess_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT), "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1"}
 
+
+def lace_run_folder(folder: Path) -> Path:
+    """`folder` with 24 images and their captions (pairs.csv) and a fitted dictionary (dictionary/): what the fault
+    tests' LACE runs train on."""
+    from tests.conftest import make_images
+    from tests.test_train import COLOURS, vocabulary_dictionary
+
+    names = make_images(folder / "images", 24)
+    rows = [f"images/{n},a {COLOURS[i % 4]} square left of a {'circle' if i % 2 else 'star'}" for i, n in enumerate(names)]
+    (folder / "pairs.csv").write_text("filepath,caption\n" + "\n".join(rows) + "\n")
+    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
+    dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
+    dictionary.save(folder / "dictionary")
+    directions.save(folder / "dictionary")
+    return folder

@@ -15,9 +15,8 @@ from safetensors.torch import load_file
 
 from lace.cli import main
 from lace.train.checkpoints import complete_checkpoints, latest_checkpoint
-from tests.conftest import make_images
-from tests.robustness.faults import KillPoint, run_killed
-from tests.test_train import COLOURS, WORLD_VOCABULARY, vocabulary_dictionary
+from tests.robustness.faults import KillPoint, lace_run_folder, run_killed
+from tests.test_train import WORLD_VOCABULARY
 
 KILLS = 3
 SEED = 16
@@ -26,14 +25,7 @@ SEED = 16
 @pytest.fixture(scope="module")
 def lace_run(tmp_path_factory) -> tuple[Path, list[str]]:
     """A folder with 24 images and their captions, a fitted dictionary, and `lace train` flags of a LACE run."""
-    folder = tmp_path_factory.mktemp("kill_resume")
-    names = make_images(folder / "images", 24)
-    rows = [f"images/{n},a {COLOURS[i % 4]} square left of a {'circle' if i % 2 else 'star'}" for i, n in enumerate(names)]
-    (folder / "pairs.csv").write_text("filepath,caption\n" + "\n".join(rows) + "\n")
-    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
-    dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
-    dictionary.save(folder / "dictionary")
-    directions.save(folder / "dictionary")
+    folder = lace_run_folder(tmp_path_factory.mktemp("kill_resume"))
     flags = ["--model", "lace-micro-32", "--data", str(folder / "pairs.csv"), "--steps", "6", "--batch-size", "8",
              "--grad-accumulation", "2", "--lr", "2e-3", "--warmup-steps", "1", "--log-every", "1",
              "--checkpoint-every", "1", "--keep-checkpoints", "2", "--device", "cpu", "--seed", "3", "--no-progress",

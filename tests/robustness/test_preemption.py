@@ -23,10 +23,9 @@ from lace.cli import main
 from lace.train.checkpoints import complete_checkpoints, latest_checkpoint
 from lace.train.interrupt import PREEMPTED_EXIT
 from lace.train.lost_rank import LOST_PROCESS_EXIT
-from tests.conftest import make_images
 from tests.distributed_support import free_port
-from tests.robustness.faults import ROOT, KillPoint, run_killed, subprocess_env
-from tests.test_train import COLOURS, WORLD_VOCABULARY, vocabulary_dictionary
+from tests.robustness.faults import ROOT, KillPoint, lace_run_folder, run_killed, subprocess_env
+from tests.test_train import WORLD_VOCABULARY
 
 SEED = 27
 STEPS, ACCUMULATION = 6, 2
@@ -36,14 +35,7 @@ WORKER = str(ROOT / "tests" / "robustness" / "fault_worker.py")
 @pytest.fixture(scope="module")
 def lace_run(tmp_path_factory) -> tuple[Path, list[str]]:
     """24 images with captions, a fitted dictionary, and the flags of a LACE run writing no periodic checkpoint."""
-    folder = tmp_path_factory.mktemp("preemption")
-    names = make_images(folder / "images", 24)
-    rows = [f"images/{n},a {COLOURS[i % 4]} square left of a {'circle' if i % 2 else 'star'}" for i, n in enumerate(names)]
-    (folder / "pairs.csv").write_text("filepath,caption\n" + "\n".join(rows) + "\n")
-    captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]
-    dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
-    dictionary.save(folder / "dictionary")
-    directions.save(folder / "dictionary")
+    folder = lace_run_folder(tmp_path_factory.mktemp("preemption"))
     flags = ["train", "--model", "lace-micro-32", "--data", str(folder / "pairs.csv"), "--steps", str(STEPS),
              "--batch-size", "8", "--grad-accumulation", str(ACCUMULATION), "--lr", "2e-3", "--warmup-steps", "1",
              "--log-every", "1", "--checkpoint-every", "0", "--device", "cpu", "--seed", "3", "--no-progress",
