@@ -68,16 +68,22 @@ class HuggingFaceClipEncoder(DualEncoder):
         return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
 
 
+def _model_source(source: str, prefix: str) -> str:
+    """`source` without its `prefix`: a hub id, or a local folder, refused unless it holds a config.json."""
+    source = source.removeprefix(prefix)
+    local = Path(source)
+    if local.exists() and not (local / "config.json").is_file():
+        raise LaceInputError(f"{local}: expected a Hugging Face model folder with config.json")
+    return source
+
+
 def load_hf_clip(source: str, device: str | torch.device = "cpu") -> HuggingFaceClipEncoder:
     """Load `CLIPModel` + tokenizer from a local directory or a hub id (`hf-clip:<source>`)."""
     try:
         from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
     except ImportError as error:  # pragma: no cover - depends on the install
         raise LaceInputError("hf-clip models need transformers: pip install 'lace[hf]'") from error
-    source = source.removeprefix(HF_PREFIX)
-    local = Path(source)
-    if local.exists() and not (local / "config.json").is_file():
-        raise LaceInputError(f"{local}: expected a Hugging Face model folder with config.json")
+    source = _model_source(source, HF_PREFIX)
     try:
         model = CLIPModel.from_pretrained(source)
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -148,10 +154,7 @@ def load_hf_siglip(source: str, device: str | torch.device = "cpu") -> HuggingFa
         from transformers import AutoTokenizer, SiglipImageProcessor, SiglipModel
     except ImportError as error:  # pragma: no cover - depends on the install
         raise LaceInputError("hf-siglip models need transformers: pip install 'lace[hf]'") from error
-    source = source.removeprefix(HF_SIGLIP_PREFIX)
-    local = Path(source)
-    if local.exists() and not (local / "config.json").is_file():
-        raise LaceInputError(f"{local}: expected a Hugging Face model folder with config.json")
+    source = _model_source(source, HF_SIGLIP_PREFIX)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = SiglipModel.from_pretrained(source)
