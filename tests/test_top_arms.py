@@ -23,7 +23,8 @@ from lace.errors import LaceInputError
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.losses import lace_loss
 from lace.study.config import TOP_ARMS, HeadsTraining, TopsStudyConfig
-from lace.study.flickr8k_top_arms import arm_train_config, train_summary
+from lace.study.flickr8k_top_arms import arm_train_config
+from lace.study.heads import train_summary
 from lace.train import TrainConfig
 from lace.train.data import TopBatch, TopPairs
 from lace.train.local_arm import map_negatives

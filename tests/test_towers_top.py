@@ -31,7 +31,7 @@ from lace.encoders.towers.top_features import (
 )
 from lace.study.config import HeadsTraining
 from lace.study.flickr8k_top import TopSplit, embed_top_split
-from lace.study.flickr8k_top_arms import train_summary
+from lace.study.heads import train_summary
 from lace.train import TrainConfig
 from tests.conftest import randomise_batch_norms
 

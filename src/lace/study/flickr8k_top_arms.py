@@ -17,8 +17,6 @@ is measured once, at the end, on models chosen nothing on it.
 from __future__ import annotations
 
 import dataclasses
-import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -60,8 +58,9 @@ from lace.study.flickr8k_top import (
     recall_of,
     top_splits,
 )
+from lace.study.heads import train_summary
 from lace.study.measure import score_items, sugarcrepe_style_items
-from lace.train import TrainConfig, train
+from lace.train import TrainConfig
 
 MARKER = "study.json"
 BINDING_KINDS = ("swap_att", "swap_obj")
@@ -87,24 +86,6 @@ def arm_train_config(config: TopsStudyConfig, arm: str, seed: int, n_images: int
         batch_size=min(finetune.batch_size, n_images), edit=config.edit, local=config.local,
         vocabulary=config.vocabulary, checkpoint_every=0, keep_checkpoints=1, log_every=1)
     return variant_config(base, arm)
-
-
-def train_summary(config: TrainConfig, progress: bool, **inputs) -> dict:
-    """Train `config` in a scratch run folder (`lace.train.train` with `inputs`: dataset, encoder, editors);
-    the run's summary from its metrics."""
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="lace-tops-") as folder:
-        result = train(dataclasses.replace(config, output=str(Path(folder) / "run")), progress=progress, **inputs)
-        steps = [json.loads(line) for line in result.metrics_path.read_text(encoding="utf-8").splitlines()]
-    tail = steps[-max(1, len(steps) // 10):]
-    summary = {"steps": result.steps, "seconds": time.perf_counter() - started,
-               "final_loss": float(np.mean([s["loss"] for s in tail])), "logit_scale": steps[-1]["logit_scale"]}
-    sides = {"caption": config.caption_negatives or config.counterfactual_captions or config.local_caption_swaps,
-             "image": config.counterfactual_images or config.paired_caption_directions
-             or config.local_image_negatives or config.rendered_negatives}
-    for side in (side for side, made in sides.items() if made):  # the share of rows with a valid negative
-        summary[f"{side}_negative_rows"] = float(np.mean([s[f"{side}_negatives_valid_rows"] for s in steps]))
-    return summary
 
 
 class ArmSources:
