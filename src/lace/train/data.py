@@ -178,7 +178,23 @@ def caption_rows_by_image(caption_image_index: np.ndarray, n_images: int) -> lis
     return [order[bounds[i]:bounds[i + 1]] for i in range(n_images)]
 
 
-class FeaturePairs(Dataset):
+class _CachedPairs(Dataset):
+    """Cached pairs of N images and their captions: each image's caption rows (`rows_of_image`), none empty."""
+
+    def __init__(self, caption_image_index: np.ndarray, n_images: int, what: str):
+        self.rows_of_image = caption_rows_by_image(np.asarray(caption_image_index), n_images)
+        if any(len(rows) == 0 for rows in self.rows_of_image):
+            raise LaceInputError(f"{what}: every image needs at least one caption")
+
+    def __len__(self) -> int:
+        return len(self.rows_of_image)
+
+    @property
+    def n_captions(self) -> list[int]:
+        return [len(rows) for rows in self.rows_of_image]
+
+
+class FeaturePairs(_CachedPairs):
     """Cached tower features of images and captions, for training the heads of a `lace-towers` model.
 
     image_features: (N_img, F_img); text_features: (N_txt, F_txt); caption_image_index: (N_txt,) the
@@ -194,18 +210,9 @@ class FeaturePairs(Dataset):
                 f"cached training features: expected one image index (and negative) per caption row, got "
                 f"{text_features.shape[0]} captions and {len(caption_image_index)} image indices"
             )
+        super().__init__(caption_image_index, image_features.shape[0], "cached training features")
         self.image_features, self.text_features = image_features, text_features
         self.negative_features, self.negative_valid = negative_features, negative_valid
-        self.rows_of_image = caption_rows_by_image(np.asarray(caption_image_index), image_features.shape[0])
-        if any(len(rows) == 0 for rows in self.rows_of_image):
-            raise LaceInputError("cached training features: every image needs at least one caption")
-
-    def __len__(self) -> int:
-        return self.image_features.shape[0]
-
-    @property
-    def n_captions(self) -> list[int]:
-        return [len(rows) for rows in self.rows_of_image]
 
     def __getitem__(self, sample: Sample) -> tuple[int, int]:
         return sample.index, int(self.rows_of_image[sample.index][sample.caption])
@@ -221,7 +228,7 @@ class FeaturePairs(Dataset):
                             image_rows.tolist(), negatives, valid)
 
 
-class TopPairs(Dataset):
+class TopPairs(_CachedPairs):
     """Cached inputs of trainable tower tops (`lace.encoders.towers.top`): the maps entering the image top and the
     token states entering the text top, for training tops and heads without running the towers below the cut.
 
@@ -240,18 +247,9 @@ class TopPairs(Dataset):
                 f"cached tower-top inputs: expected maps (N, C, H, W) and one image index per caption row, got maps "
                 f"{tuple(image_maps.shape)}, {caption_rows.shape[0]} caption rows and {caption_image_index.shape[0]} "
                 "image indices")
+        super().__init__(caption_image_index, image_maps.shape[0], "cached tower-top inputs")
         self.image_maps, self.token_states, self.caption_rows = image_maps, token_states, caption_rows
         self.negative_states, self.negative_of_caption = negative_states, negative_of_caption
-        self.rows_of_image = caption_rows_by_image(caption_image_index, image_maps.shape[0])
-        if any(len(rows) == 0 for rows in self.rows_of_image):
-            raise LaceInputError("cached tower-top inputs: every image needs at least one caption")
-
-    def __len__(self) -> int:
-        return self.image_maps.shape[0]
-
-    @property
-    def n_captions(self) -> list[int]:
-        return [len(rows) for rows in self.rows_of_image]
 
     def __getitem__(self, sample: Sample) -> tuple[int, int]:
         return sample.index, int(self.caption_rows[self.rows_of_image[sample.index][sample.caption]])
