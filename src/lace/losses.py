@@ -272,3 +272,78 @@ def sigmoid_loss(
     extra = (_negative_terms(U, caption_negatives, caption_valid, logit_scale, logit_bias)
              + _negative_terms(V, image_negatives, image_valid, logit_scale, logit_bias)) / n_rows
     return plain + weight * extra
+
+
+def _check_pairs(images: Tensor, captions: Tensor, originals: Tensor, valid: Tensor, gallery_images: Tensor,
+                 gallery_texts: Tensor, gallery_valid: Tensor, row_offset: int) -> None:
+    if images.ndim != 2 or captions.shape != images.shape or originals.shape != images.shape:
+        raise input_error("pair loss", "images / captions / originals", "three (N, d) tensors of one shape",
+                          [tuple(t.shape) for t in (images, captions, originals)])
+    if valid.shape != images.shape[:1]:
+        raise input_error("pair loss", "valid", f"({images.shape[0]},) bool", tuple(valid.shape))
+    n_columns = gallery_images.shape[0]
+    if gallery_texts.shape != gallery_images.shape or gallery_valid.shape != (n_columns,) \
+            or n_columns < row_offset + images.shape[0] or gallery_images.shape[1] != images.shape[1]:
+        raise input_error("pair loss", "gallery_images / gallery_texts / gallery_valid",
+                          f"(G, {images.shape[1]}), (G, {images.shape[1]}) and (G,) with the own rows at {row_offset}",
+                          [tuple(t.shape) for t in (gallery_images, gallery_texts, gallery_valid)])
+
+
+def pair_loss(
+    images: Tensor,
+    captions: Tensor,
+    originals: Tensor,
+    valid: Tensor,
+    logit_scale: Tensor,
+    *,
+    logit_bias: Tensor | None = None,
+    gallery_images: Tensor | None = None,
+    gallery_texts: Tensor | None = None,
+    gallery_valid: Tensor | None = None,
+    row_offset: int = 0,
+    rows: float | Tensor | None = None,
+) -> Tensor:
+    """The edited pairs' own contrastive term, TripletCLIP's `negclip(I', T', T)` (arXiv 2411.02545).
+
+    Each valid edited image I'_k is a row whose positive is T'_k, the caption that describes its edit, and whose
+    hard negative is T_k, the real caption of the image it was made from; each T'_k is a text->image row over the
+    edited images. Softmax (`logit_bias` None): `0.5 * (CE_i2t + CE_t2i)` summed over the valid rows, the i2t row
+    `[s I'_k . T'_g for every valid g, s I'_k . T_k]`, the t2i row `[s T'_k . I'_g for every valid g]`. Sigmoid
+    (`logit_bias` b, SigLIP's): `-log sigmoid(z (s I'_k . T'_g + b))` over the valid g (z = +1 on the own caption),
+    plus `-log sigmoid(-(s I'_k . T_k + b))`, summed. Either sum is divided by `rows`.
+
+    Args:
+        images, captions, originals: (N, d) unit embeddings of the own edited images, their described captions
+            and the real captions they were made from (N = B x slots, flattened).
+        valid: (N,) bool, the rows that count (an edit that was made and whose caption could be written).
+        gallery_images, gallery_texts, gallery_valid: every process's edited images, described captions and
+            validity, (G, d), (G, d), (G,), the own rows at `row_offset` (default: the own rows).
+        rows: the divisor: the valid rows of the whole global batch over the number of processes (default: the own
+            valid rows). The mean of the processes' terms is then the one-process term of the global batch.
+    Returns:
+        scalar; 0 (with a graph) when no row is valid.
+    """
+    gallery_images = images if gallery_images is None else gallery_images
+    gallery_texts = captions if gallery_texts is None else gallery_texts
+    gallery_valid = valid if gallery_valid is None else gallery_valid
+    valid, gallery_valid = valid.to(torch.bool), gallery_valid.to(torch.bool)
+    _check_pairs(images, captions, originals, valid, gallery_images, gallery_texts, gallery_valid, row_offset)
+    rows = valid.sum() if rows is None else rows
+    own = valid.nonzero().squeeze(1)  # (N_valid,)
+    if not len(own):
+        return (images.sum() + captions.sum()) * 0.0
+    targets = own + row_offset
+    edited, described, real = images[own], captions[own], originals[own]
+    hard = logit_scale * (edited * real).sum(-1, keepdim=True)  # (N_valid, 1)
+    to_texts = logit_scale * edited @ gallery_texts.T  # (N_valid, G)
+    if logit_bias is not None:
+        signs = -torch.ones_like(to_texts)
+        signs[torch.arange(len(own), device=own.device), targets] = 1.0
+        terms = -F.logsigmoid(signs * (to_texts + logit_bias))
+        terms = torch.where(gallery_valid[None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
+        return (terms.sum() - F.logsigmoid(-(hard + logit_bias)).sum()) / rows
+    to_texts = to_texts.masked_fill(~gallery_valid[None], float("-inf"))
+    to_images = (logit_scale * described @ gallery_images.T).masked_fill(~gallery_valid[None], float("-inf"))
+    image_to_text = F.cross_entropy(torch.cat([to_texts, hard], dim=1), targets, reduction="sum")
+    text_to_image = F.cross_entropy(to_images, targets, reduction="sum")
+    return 0.5 * (image_to_text + text_to_image) / rows

@@ -199,6 +199,24 @@ class RuleNegatives:
             result[kind] = list(texts)
         return result
 
+    def describe(self, caption: str, changes: dict[str, str]) -> str | None:
+        """The caption an edit describes: `caption` with each concept of `changes` written as the concept it
+        became ({"red": "blue", "blue": "red"} for a binding swap, {"red": "green"} for a transplant).
+
+        None where the caption cannot describe the edit: it does not name every changed concept exactly once,
+        or it already names a concept the edit brings in that is not itself changed (the edited caption would
+        then name it twice).
+        """
+        if not changes or any(source == target for source, target in changes.items()):
+            return None
+        mentions = self.mentions(caption)
+        named = [m.concept for m in mentions]
+        if any(named.count(source) != 1 for source in changes):
+            return None
+        if any(target in named and target not in changes for target in changes.values()):
+            return None
+        return self._apply(caption, [(m, changes[m.concept]) for m in mentions if m.concept in changes])
+
     # ---- writing ------------------------------------------------------------------------
 
     def _surface(self, mention: Mention, concept: str) -> str:

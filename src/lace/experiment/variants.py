@@ -33,8 +33,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LACE-local": {"local_image_negatives": True},
     "LACE-local + caption negatives": {"local_image_negatives": True, "caption_negatives": True},
     "LACE-local + caption swaps": {"local_image_negatives": True, "local_caption_swaps": True},
+    # the pairs layout (TripletCLIP's): each edit a row of its own, positive with the caption it describes
+    "LACE-local pairs": {"local_image_negatives": True, "edited_image_rows": True, "edited_image_columns": False},
+    "LACE-local pairs + column": {"local_image_negatives": True, "edited_image_rows": True},
+    "LACE-local pairs + caption negatives": {"local_image_negatives": True, "edited_image_rows": True,
+                                             "edited_image_columns": False, "caption_negatives": True},
+    "LACE-local pairs + column + caption negatives": {"local_image_negatives": True, "edited_image_rows": True,
+                                                      "caption_negatives": True},
+    "LACE pairs": {"counterfactual_captions": True, "counterfactual_images": True, "edited_image_rows": True},
     # shapes world only: the renderer's real colour-swapped image of each training scene
     "ceiling (rendered swaps)": {"rendered_negatives": True},
+    "ceiling pairs": {"rendered_negatives": True, "edited_image_rows": True, "edited_image_columns": False},
 }
 
 

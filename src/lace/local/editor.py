@@ -34,13 +34,40 @@ from lace.row_random import Randomness, uniform
 @dataclass
 class LocalNegatives:
     """embeddings (B, M, d) unit; valid (B, M) bool; kinds: the edit of each slot; objects found;
-    original (B, d) the unedited images' unit embeddings from the same pass."""
+    original (B, d) the unedited images' unit embeddings from the same pass; changes (B, M, 2) long, the
+    concepts each slot changed (`EditSlots.changes`)."""
 
     embeddings: Tensor
     valid: Tensor
     kinds: list[str]
     objects: FoundObjects
     original: Tensor
+    changes: Tensor
+
+
+@dataclass
+class EditSlots:
+    """M edits of B rows' region features: steps (B, M, P, C) to add; valid (B, M) bool; kinds: each slot's edit
+    ("swap" or "transplant"); changes (B, M, 2) long concept indices: for a swap the two concepts the objects
+    exchange, for a transplant the object's concept and the one it becomes."""
+
+    steps: Tensor
+    valid: Tensor
+    kinds: list[str]
+    changes: Tensor
+
+
+def slot_changes(kinds: list[str], changes: Tensor, concept_names: list[str]) -> list[list[dict[str, str]]]:
+    """(B, M, 2) concept indices of `kinds`' slots -> per row and slot, the concept names each becomes
+    ({"red": "blue", "blue": "red"} for a swap, {"red": "green"} for a transplant)."""
+    rows = []
+    for pairs in changes.tolist():
+        row = []
+        for kind, (source, target) in zip(kinds, pairs):
+            a, b = concept_names[source], concept_names[target]
+            row.append({a: b, b: a} if kind == "swap" else {a: b})
+        rows.append(row)
+    return rows
 
 
 class LocalImageEditor:
@@ -73,12 +100,12 @@ class LocalImageEditor:
         return resize_objects(find_objects(self.reader, located), located_grid, grid)
 
     def steps(self, features: Tensor, grid: tuple[int, int], n_edits: int, objects: FoundObjects,
-              generator: Randomness = None) -> tuple[Tensor, Tensor, list[str]]:
-        """Region features (B, P, C) and their objects -> steps (B, M, P, C), valid (B, M), slot kinds.
+              generator: Randomness = None) -> EditSlots:
+        """Region features (B, P, C) and their objects -> the `EditSlots` of M = n_edits edits per row.
 
         generator: the draws of transplant targets (None: the editor's own generator; `RowGenerators`: one per row).
         """
-        steps, valid, kinds = [], [], []
+        steps, valid, kinds, changes = [], [], [], []
         swap_step, swap_valid = binding_swap(self.transport, features, grid, objects)
         check = self.check_effect and self.locate_layer == self.layer
         if check:
@@ -88,6 +115,7 @@ class LocalImageEditor:
         steps.append(swap_step)
         valid.append(swap_valid)
         kinds.append("swap")
+        changes.append(objects.concept[:, :2])
         batch = features.shape[0]
         for slot in range(1, n_edits):
             which = torch.full((batch,), (slot - 1) % objects.concept.shape[1], dtype=torch.long)
@@ -100,7 +128,8 @@ class LocalImageEditor:
             steps.append(step)
             valid.append(ok)
             kinds.append("transplant")
-        return torch.stack(steps, dim=1), torch.stack(valid, dim=1), kinds
+            changes.append(torch.stack([objects.concept[torch.arange(batch), which], new_concept], dim=1))
+        return EditSlots(torch.stack(steps, dim=1), torch.stack(valid, dim=1), kinds, torch.stack(changes, dim=1))
 
     def _absent_concepts(self, objects: FoundObjects, generator: Randomness = None) -> Tensor:
         """(B,) a random concept that no found object has."""
@@ -128,7 +157,8 @@ class LocalImageEditor:
         features = split.lower(pixels)  # (B, n_prefix + P, C), with gradient
         regions = split.regions(features)
         objects = self.locate(clip, pixels, regions, split.grid)
-        steps, valid, kinds = self.steps(regions, split.grid, n_edits, objects, generator)  # (B, M, P, C)
+        slots = self.steps(regions, split.grid, n_edits, objects, generator)
+        steps = slots.steps  # (B, M, P, C)
         if control:
             steps = random_control(steps, self.generator)
         if split.n_prefix:
@@ -138,7 +168,8 @@ class LocalImageEditor:
         maps = torch.cat([features, edited.transpose(0, 1).reshape(batch * n_edits, *features.shape[1:])])
         embeddings = split.upper(maps, reference_rows=batch)  # (B (1 + M), d): the originals, then slot by slot
         negatives = embeddings[batch:].reshape(n_edits, batch, -1).transpose(0, 1)  # (B, M, d)
-        return LocalNegatives(negatives, valid, kinds, objects, original=embeddings[:batch])
+        return LocalNegatives(negatives, slots.valid, slots.kinds, objects, original=embeddings[:batch],
+                              changes=slots.changes)
 
 
 def group_mentions(vocabulary: Vocabulary, group: str, captions_per_image: list[list[str]]) -> tuple[Tensor, list[str]]:

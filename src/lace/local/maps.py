@@ -43,12 +43,14 @@ def maps_of(regions: Tensor, grid: tuple[int, int]) -> Tensor:
 
 @dataclass
 class MapEdits:
-    """maps (B, M, C, H, W) edited maps; valid (B, M) bool; kinds: each slot's edit; objects: those found."""
+    """maps (B, M, C, H, W) edited maps; valid (B, M) bool; kinds: each slot's edit; objects: those found;
+    changes (B, M, 2) long, the concepts each slot changed (`lace.local.editor.EditSlots`)."""
 
     maps: Tensor
     valid: Tensor
     kinds: list[str]
     objects: FoundObjects
+    changes: Tensor
 
 
 class MapEditor:
@@ -83,11 +85,12 @@ class MapEditor:
             raise ValueError(f"maps: expected a {self.grid} grid, got {tuple(maps.shape[-2:])}")
         regions = regions_of(maps)  # (B, P, C)
         objects = find_objects(self.editor.reader, regions)
-        steps, valid, kinds = self.editor.steps(regions, self.grid, n_edits, objects, generator)  # (B, M, P, C)
+        slots = self.editor.steps(regions, self.grid, n_edits, objects, generator)
+        steps = slots.steps  # (B, M, P, C)
         if control:
             steps = random_control(steps, self.editor.generator)
         edited = maps_of(regions[:, None] + steps, self.grid)
-        return MapEdits(edited, valid, kinds, objects)
+        return MapEdits(edited, slots.valid, slots.kinds, objects, slots.changes)
 
 
 def fit_map_editor(maps: Tensor, mentions: Tensor, concept_names: list[str], seed: int = 0,

@@ -25,6 +25,12 @@ class ArmSwitches:
         return self.counterfactual_captions or self.counterfactual_images
 
     @property
+    def uses_image_edits(self) -> bool:
+        """Whether the arm makes image-side edits (columns of the real caption, rows of their own, or both)."""
+        return (self.counterfactual_images or self.paired_caption_directions or self.local_image_negatives
+                or self.rendered_negatives)
+
+    @property
     def uses_rule_captions(self) -> bool:
         """Whether rule-made captions are encoded each step (as negatives or as paired directions)."""
         return self.caption_negatives or self.paired_caption_directions
@@ -111,6 +117,16 @@ class TrainConfig(ArmSwitches):
     rendered_negatives: bool = False
     """Ceiling (shapes world only): each training scene re-rendered with two objects' colours swapped,
     encoded by the image tower, is a text->image negative."""
+    edited_image_rows: bool = False
+    """Pairs layout (TripletCLIP's): every image-side edit the arm makes (LACE's image edits, concept arithmetic,
+    paired-caption directions, LACE-local, the rendered ceiling) is also a row of its own, whose positive is the
+    caption its edit describes (the real caption rewritten by the rule editor from the changed concepts) and whose
+    hard negative is the real caption; edits whose caption cannot be written are skipped."""
+    edited_image_columns: bool = True
+    """Each image-side edit is a text->image negative of its real caption (today's layout); off with
+    edited_image_rows gives the pairs layout alone."""
+    edited_rows_weight: float = 1.0
+    """Weight of the edited rows' term (`lace.losses.pair_loss`) added to the loss; it scales only those terms."""
     local: LocalEditConfig = field(default_factory=LocalEditConfig)
     """LACE-local's knobs: where and how the image and caption towers are edited (`--local-<knob>`; `local:` in
     YAML)."""
@@ -180,6 +196,17 @@ class TrainConfig(ArmSwitches):
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
         if not self.dist_timeout > 0:
             raise input_error(where, "dist_timeout", "a positive number of seconds", self.dist_timeout)
+        if not (self.edited_image_columns or self.edited_image_rows):
+            raise input_error(where, "edited_image_columns", "on unless edited_image_rows is on (the arm's image "
+                              "edits would be made and not used)", self.edited_image_columns)
+        if self.edited_image_rows and not self.uses_image_edits:
+            raise input_error(where, "edited_image_rows", "an arm with image-side edits (counterfactual_images, "
+                              "paired_caption_directions, local_image_negatives or rendered_negatives)", True)
+        if self.edited_image_rows and self.vocabulary is None:
+            raise input_error(where, "vocabulary", "a vocabulary file when edited_image_rows is on (the rule "
+                              "editor writes each edit's caption)")
+        if self.edited_rows_weight < 0:
+            raise input_error(where, "edited_rows_weight", "a non-negative weight", self.edited_rows_weight)
         if self.lr <= 0 or self.counterfactual_weight < 0 or self.pretrained_lr_scale < 0:
             raise input_error(where, "lr / counterfactual_weight / pretrained_lr_scale",
                               "lr > 0, counterfactual_weight >= 0 and pretrained_lr_scale >= 0")

@@ -14,16 +14,18 @@ import torch
 from torch import Tensor
 
 from lace.concepts.vocabulary import Vocabulary
-from lace.local.editor import LocalImageEditor
+from lace.local.editor import LocalImageEditor, slot_changes
 from lace.local.maps import MapEditor
 from lace.local.text import caption_swap_negatives, single_token_ids
 from lace.row_random import RowGenerators
+from lace.train.pairs import Changes
 
 
 class LocalImagePass:
     """The image pass of a LACE-local training step, run as the encoder's `encode_images`: (B, 3, H, W) model-input
     pixels -> U (B, d), the unedited embeddings of the editor's one pass through the tower; that pass's edited
-    images are kept as `negatives` (B, M, d) unit, with gradient, and `valid` (B, M).
+    images are kept as `negatives` (B, M, d) unit, with gradient, and `valid` (B, M), and what each slot changed
+    as `changes` (`lace.train.pairs.Changes`).
 
     seeds: one per row (`row_seeds`), which draw each row's transplant targets.
     """
@@ -32,10 +34,12 @@ class LocalImagePass:
         self.editor, self.clip, self.n_edits, self.seeds = editor, clip, n_edits, seeds
         self.negatives: Tensor | None = None
         self.valid: Tensor | None = None
+        self.changes: Changes | None = None
 
     def __call__(self, pixels: Tensor) -> Tensor:
         made = self.editor.negatives(self.clip, pixels, self.n_edits, generator=RowGenerators(self.seeds))
         self.negatives, self.valid = made.embeddings, made.valid.to(pixels.device)
+        self.changes = slot_changes(made.kinds, made.changes, self.editor.concept_names)
         return made.original
 
 

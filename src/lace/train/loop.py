@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
+from lace.eval.provenance import PREFERENCES, provenance_preferences
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
 from lace.local import build_local_editor
 from lace.losses import duplicate_pairs
@@ -80,6 +82,7 @@ from lace.train.negatives import (
     rule_made_captions,
 )
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
+from lace.train.pairs import describe_slots, pair_rows, pair_term
 from lace.train.rendered import RenderedNegatives, rendered_negatives, world_of
 
 logger = logging.getLogger(__name__)
@@ -182,6 +185,9 @@ class Trainer:
         self.rules = None
         if config.uses_rule_captions and not self.features:
             self.rules = RuleNegatives(load_vocabulary(config.vocabulary), config.rule_negative_kinds)
+        self.describer = None  # writes the caption each image edit describes (pairs rows, provenance figures)
+        if config.uses_image_edits and config.vocabulary is not None and not self.features:
+            self.describer = RuleNegatives(load_vocabulary(config.vocabulary))
         self.local_editor = local_editor if config.local_image_negatives else None  # an arm takes only its own
         if config.local_image_negatives and local_editor is None:
             self.local_editor = self._fit_local_editor()
@@ -249,6 +255,7 @@ class Trainer:
         below_cut = ["local_caption_swaps", "rendered_negatives"]
         if not self.tops:
             below_cut = ["paired_caption_directions", "local_image_negatives", *below_cut]
+        below_cut.append("edited_image_rows")  # the described captions need the text tower below the cache
         unsupported = [name for name in below_cut if getattr(config, name)]
         if unsupported:
             raise LaceInputError(f"{where}: fields {unsupported}: expected off (they need pixels or tokens)")
@@ -350,6 +357,15 @@ class Trainer:
                                          config.counterfactual_weight, gallery_images=gallery_images,
                                          gallery_texts=gallery_texts, row_offset=offset,
                                          false_negatives=false_negatives)
+        rows = None
+        if negatives.edited:
+            if config.edited_image_rows:
+                rows = pair_rows(negatives.edited, self._encode_described)
+                bias = self.logit_bias if config.loss == "sigmoid" else None
+                loss = loss + config.edited_rows_weight * pair_term(rows, V, scale, bias, self.context)
+            else:  # a columns-only arm at a logged step: its edits' captions, for the provenance figures alone
+                with torch.no_grad():
+                    rows = pair_rows(negatives.edited, self._encode_described)
         if config.refresh_dictionary_every and self.editor is not None:
             # every process pools the whole global batch, in its global order: the refit then sees
             # the rows one process would, however many processes share the batch
@@ -360,7 +376,10 @@ class Trainer:
         # Tensors, not numbers: reading them out each micro-batch would stall the GPU; `_log` does it.
         stats = {"loss": loss.detach(), "plain_loss": plain, "samples": n, "skipped": batch.skipped,
                  "caption_valid": _valid_rows(negatives.caption_valid),
-                 "image_valid": _valid_rows(negatives.image_valid)}
+                 "image_valid": _valid_rows(negatives.image_valid),
+                 "pair_valid": _valid_rows(rows.valid) if rows is not None and config.edited_image_rows else 0.0}
+        if rows is not None and self._measures_provenance(number):
+            stats["provenance"] = _provenance_sums(U, V, rows)
         return loss, stats
 
     def _false_negatives(self, batch, offset: int) -> torch.Tensor:
@@ -395,10 +414,13 @@ class Trainer:
         V = all_texts[:n]  # (B, d)
         made = BatchSources()
         if rule_valid is not None:
-            rule_texts = all_texts[n:].view(n, config.rule_negatives_per_caption, -1)  # (B, R, d)
+            per_caption = config.rule_negatives_per_caption
+            rule_texts = all_texts[n:].view(n, per_caption, -1)  # (B, R, d)
             made.rule_captions = (rule_texts, rule_valid.to(self.device))
+            made.rule_strings = [texts[n + b * per_caption:n + (b + 1) * per_caption] for b in range(n)]
         if local_pass is not None:
             made.local_images = (local_pass.negatives.float(), local_pass.valid)
+            made.local_changes = local_pass.changes
         with self._autocast():
             if self.concept_token_ids is not None:
                 embeddings, valid = local_caption_negatives(self.encoder.model, tokens.to(self.device),
@@ -408,7 +430,11 @@ class Trainer:
                 rendered, valid = self.rendered.batch(batch.indices)
                 embeddings = self.encoder.encode_images(rendered.to(self.device)).float()  # (B, d)
                 made.rendered_images = (embeddings[:, None], valid.to(self.device))
-        return U, V, scale, self._negatives(U, V, epoch, batch.indices, made)
+                made.rendered_changes = self.rendered.batch_changes(batch.indices)
+        describe = None
+        if self.describer is not None and (config.edited_image_rows or self._measures_provenance(number)):
+            describe = partial(describe_slots, self.describer, batch.captions)
+        return U, V, scale, self._negatives(U, V, epoch, batch.indices, made, describe)
 
     def _embed_features(self, batch: FeatureBatch, number: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                                           Negatives]:
@@ -443,8 +469,9 @@ class Trainer:
         return U, V, top.logit_scale.exp(), self._negatives(U, V, epoch, batch.indices, made)
 
     def _negatives(self, U: torch.Tensor, V: torch.Tensor, epoch: int, indices: list[int],
-                   made: BatchSources) -> Negatives:
-        """The arm's negatives of the rows (B,) `indices` of `epoch` (`arm_negatives`).
+                   made: BatchSources, describe=None) -> Negatives:
+        """The arm's negatives of the rows (B,) `indices` of `epoch` (`arm_negatives`; `describe` writes the captions
+        of image edits, for the pairs rows and the provenance figures).
 
         Each row draws its edits from its own generator, seeded by (seed, epoch, image): a row gets the
         same edits whatever other rows share its batch, so W processes draw what one process draws.
@@ -452,7 +479,20 @@ class Trainer:
         generators = None
         if self.editor is not None:  # CPU generators: tiny draws per row, one copy to the device
             generators = RowGenerators(self._row_seeds(epoch, indices, EDIT_STREAM))
-        return arm_negatives(self.config, self.editor, U, V, generators, made)
+        return arm_negatives(self.config, self.editor, U, V, generators, made, describe)
+
+    def _measures_provenance(self, number: int) -> bool:
+        """Whether micro-batch `number` is the last one of a logged step (its provenance figures are logged)."""
+        accumulation = self.config.grad_accumulation
+        step = number // accumulation + 1
+        last = number % accumulation == accumulation - 1
+        return last and (step % self.config.log_every == 0 or step == self.total_steps)
+
+    def _encode_described(self, texts: list[str]) -> torch.Tensor:
+        """(n,) described captions -> (n, d) unit embeddings with gradient (the text tower outside the joint pass,
+        as the rendered images are encoded)."""
+        with self._autocast():
+            return self.encoder.encode_texts(texts).float()
 
     def _row_seeds(self, epoch: int, indices: list[int], stream: int) -> list[int]:
         return row_seeds(self.config.seed, [(epoch, index) for index in indices], stream)
@@ -532,10 +572,13 @@ class Trainer:
         check_editor_dimension(self.editor, self.encoder.embed_dim, "refreshed dictionary")
 
     def _log(self, window: list[dict], seconds: float, lr: float, writer) -> dict:
-        keys = ("loss", "plain_loss", "caption_valid", "image_valid")
-        local = [float(sum(s[k] for s in window)) for k in keys] + [sum(s["samples"] for s in window),
-                                                               sum(s["skipped"] for s in window), len(window)]
+        keys = ("loss", "plain_loss", "caption_valid", "image_valid", "pair_valid")
+        measured = [s["provenance"] for s in window if "provenance" in s]
+        provenance = [float(sum(m[name] for m in measured)) for name in (*PROVENANCE_FIGURES, "n")]
+        local = [float(sum(s[k] for s in window)) for k in keys] + provenance + [
+            sum(s["samples"] for s in window), sum(s["skipped"] for s in window), len(window)]
         totals = sum_over_processes(local, self.context)
+        provenance_totals = totals[len(keys):len(keys) + len(provenance)]
         count = totals[-1]
         samples, skipped = int(totals[-3]), int(totals[-2])
         self.samples_seen += samples
@@ -551,6 +594,8 @@ class Trainer:
             "samples_per_second": samples / max(seconds, 1e-9),
             "caption_negatives_valid_rows": totals[2] / max(samples, 1),
             "image_negatives_valid_rows": totals[3] / max(samples, 1),
+            **({"pair_rows_valid": totals[4] / max(samples, 1)} if self.config.edited_image_rows else {}),
+            **_provenance_metrics(provenance_totals),
             "samples_seen": self.samples_seen,
             "skipped_images": self.skipped_images,
         }
@@ -605,6 +650,28 @@ class Trainer:
 def _trim(pool: deque, size: int) -> None:
     while sum(t.shape[0] for t in pool) - pool[0].shape[0] >= size:
         pool.popleft()
+
+
+PROVENANCE_FIGURES = (*PREFERENCES, "edit_cosine")
+
+
+def _provenance_sums(U: torch.Tensor, V: torch.Tensor, rows) -> dict[str, float]:
+    """The provenance figures (`lace.eval.provenance`) of a micro-batch's rows with a describable edit, the first
+    such slot of each, as sums over those rows (and their count "n"), so that windows and processes add up."""
+    valid = rows.valid  # (B, P)
+    first = valid.float().argmax(dim=1)  # (B,) the first valid slot (0 where none, masked below)
+    picked = torch.arange(len(first), device=first.device)
+    figures = provenance_preferences(U, V, rows.images[picked, first], rows.captions[picked, first], valid.any(dim=1))
+    count = figures["n"]
+    return {**{name: figures[name] * count if count else 0.0 for name in PROVENANCE_FIGURES}, "n": count}
+
+
+def _provenance_metrics(totals: list[float]) -> dict[str, float]:
+    """Summed provenance figures and their count -> `provenance_<figure>` means (nothing when none was measured)."""
+    count = totals[-1]
+    if not count:
+        return {}
+    return {f"provenance_{name}": total / count for name, total in zip(PROVENANCE_FIGURES, totals)}
 
 
 def _valid_rows(valid: torch.Tensor | None) -> torch.Tensor | float:

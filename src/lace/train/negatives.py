@@ -8,24 +8,33 @@ rebuilt negative keeps its gradient through the embedding it was made from.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from lace.edits.captions import RuleNegatives
+from lace.edits.records import EditRecords
 from lace.errors import LaceInputError
+from lace.train.pairs import Changes, Describe, EditedImages, record_changes
 
 
 @dataclass
 class Negatives:
-    """caption_* extend image->text rows, image_* text->image rows; (B, M, d) and (B, M)."""
+    """caption_* extend image->text rows, image_* text->image rows; (B, M, d) and (B, M).
+
+    image_records: the pooled editor's records of image_negatives (`counterfactual_negatives`); edited: the
+    image-side edits the pairs layout makes rows of (`lace.train.pairs`), with the captions they describe.
+    """
 
     caption_negatives: Tensor | None = None
     caption_valid: Tensor | None = None
     image_negatives: Tensor | None = None
     image_valid: Tensor | None = None
+    image_records: EditRecords | None = None
+    edited: list[EditedImages] = field(default_factory=list)
 
     def add_captions(self, negatives: Tensor, valid: Tensor) -> None:
         if self.caption_negatives is None:
@@ -48,40 +57,59 @@ class BatchSources:
     embeddings and their (B, M) validity, or None where this embed path or arm makes none.
 
     rule_captions: rule-made captions of each caption (as negatives, or moved onto images as paired
-    directions); local_images / local_captions: LACE-local's edits inside the towers; rendered_images: the
-    renderer's swapped scenes (the ceiling).
+    directions), with rule_strings (B, R) their texts; local_images / local_captions: LACE-local's edits inside
+    the towers; rendered_images: the renderer's swapped scenes (the ceiling). local_changes / rendered_changes: per
+    row and slot what each image edit changed (`lace.train.pairs.Changes`), for the pairs layout.
     """
 
     rule_captions: tuple[Tensor, Tensor] | None = None
+    rule_strings: list[list[str]] | None = None
     local_images: tuple[Tensor, Tensor] | None = None
+    local_changes: Changes | None = None
     local_captions: tuple[Tensor, Tensor] | None = None
     rendered_images: tuple[Tensor, Tensor] | None = None
+    rendered_changes: Changes | None = None
 
 
-def arm_negatives(config, editor, U: Tensor, V: Tensor, generator, made: BatchSources) -> Negatives:
+def arm_negatives(config, editor, U: Tensor, V: Tensor, generator, made: BatchSources,
+                  describe: Describe | None = None) -> Negatives:
     """Every extra negative the arm of `config` (a `TrainConfig`) takes for one micro-batch, on any embed path.
 
     U, V: (B, d) unit embeddings with gradient; editor: the counterfactual editor (None when the arm has none);
-    generator: the editor's per-row draws. Columns come in one fixed order: the editor's counterfactuals, the
+    generator: the editor's per-row draws; describe: writes the captions of image edits (needed when
+    `config.edited_image_rows` is on; given, every image-side source is also kept in `Negatives.edited`). Columns come in one fixed order: the editor's counterfactuals, the
     rule-made captions (image->text) and paired directions (text->image), LACE-local's image and caption edits,
-    then the rendered swaps.
+    then the rendered swaps. Each image-side source is a text->image column of the real caption (`edited_image_columns`), a row of
+    its own with its described caption (`edited_image_rows`, `Negatives.edited`), or both.
     """
     negatives = Negatives()
     if editor is not None:
         negatives = counterfactual_negatives(editor, U, V, config.edit.n_edits, config.counterfactual_captions,
                                              config.counterfactual_images, config.counterfactual_source, generator)
+    image_sides: list[tuple[Tensor, Tensor, Callable[[], list[list[str | None]]]]] = []
+    if negatives.image_negatives is not None:
+        records, names = negatives.image_records, editor.unit_names
+        image_sides.append((negatives.image_negatives, negatives.image_valid,
+                            lambda: describe(record_changes(records, names))))
+        negatives.image_negatives = negatives.image_valid = negatives.image_records = None
     if made.rule_captions is not None:
         rule_texts, rule_valid = made.rule_captions
         if config.caption_negatives:
             negatives.add_captions(rule_texts, rule_valid)
         if config.paired_caption_directions:
-            negatives.add_images(paired_caption_directions(U, V, rule_texts), rule_valid)
+            image_sides.append((paired_caption_directions(U, V, rule_texts), rule_valid,
+                                lambda: [list(row) for row in made.rule_strings]))
     if made.local_images is not None:
-        negatives.add_images(*made.local_images)
+        image_sides.append((*made.local_images, lambda: describe(made.local_changes)))
     if made.local_captions is not None:
         negatives.add_captions(*made.local_captions)
     if made.rendered_images is not None:
-        negatives.add_images(*made.rendered_images)
+        image_sides.append((*made.rendered_images, lambda: describe(made.rendered_changes)))
+    for embeddings, valid, captions in image_sides:
+        if config.edited_image_columns:
+            negatives.add_images(embeddings, valid)
+        if describe is not None:  # rows of their own (edited_image_rows), or read for the provenance figures
+            negatives.edited.append(EditedImages(embeddings, valid, captions()))
     return negatives
 
 
@@ -125,6 +153,7 @@ def counterfactual_negatives(
         if images:
             edited = make(U.float(), "image", n_edits, generator=generator)
             negatives.image_negatives, negatives.image_valid = edited.embeddings, edited.valid
+            negatives.image_records = edited.records
     return negatives
 
 
