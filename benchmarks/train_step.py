@@ -12,6 +12,8 @@ A third setting times LACE-local the way `lace train` runs it: the demo's lace-m
 batch 128 on drawn world scenes, plain against plain + M local image negatives at layer L
 (`build_local_editor`, `LocalImagePass`), interleaved with its floor: the same step with M unedited
 copies of each map in place of the edited ones (what the extra upper-layer maps cost without any editing).
+The same setting times the pairs layout (`lace.train.pairs`): each edit a row of its own with the caption
+it describes (written by the rule editor, encoded in a second text pass), alone and with the column.
 Last line: one JSON object.
 
     PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2]
@@ -39,8 +41,11 @@ from lace.local import LocalEditConfig, build_local_editor
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
 from lace.train.config import TrainConfig
+from lace.distributed import DistributedContext
+from lace.edits.captions import RuleNegatives
 from lace.train.local_arm import LocalImagePass
 from lace.train.optim import build_optimizer
+from lace.train.pairs import EditedImages, describe_slots, pair_rows, pair_term
 
 # world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
 VOCABULARY = "src/lace/data/world/vocabulary.yaml"
@@ -136,6 +141,9 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
                                 [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.seed)
     fit_seconds = time.perf_counter() - started
     pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
+    rules, batch_captions = RuleNegatives(vocabulary), captions[fit_images:]
+    one_process = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    pair_share = []
     optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
     seeds = list(range(batch))
     valid = []
@@ -156,6 +164,17 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
             U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
             valid.append(float(image_pass.valid.float().mean()))
             loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
+        elif kind in ("pairs", "pairs + column"):  # as `lace train` runs the pairs layout
+            image_pass = LocalImagePass(editor, encoder.model, n_edits, seeds)
+            U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
+            edits = EditedImages(image_pass.negatives, image_pass.valid,
+                                 describe_slots(rules, batch_captions, image_pass.changes))
+            rows = pair_rows([edits], encoder.encode_texts)
+            pair_share.append(float(rows.valid.any(dim=1).float().mean()))
+            column = kind == "pairs + column"
+            loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives if column else None,
+                             image_valid=image_pass.valid if column else None)
+            loss = loss + pair_term(rows, U, V, scale, None, one_process)
         elif kind == "floor":
             U, V, scale = encoder(pixels, tokens, encode_images=unedited_copies)
             loss = lace_loss(U, V, scale, image_negatives=unedited_copies.negatives,
@@ -168,7 +187,7 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
         optimizer.zero_grad(set_to_none=True)
         times[kind].append(time.perf_counter() - start)
 
-    kinds = ("plain", "local", "floor")
+    kinds = ("plain", "local", "floor", "pairs", "pairs + column")
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
     for kind in kinds:  # warm-up
         step(kind)
@@ -176,11 +195,14 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
     for _ in range(repeats):
         for kind in kinds:
             step(kind)
-    plain, local, floor = (statistics.median(times[kind]) for kind in kinds)
+    plain, local, floor, pairs, pairs_column = (statistics.median(times[kind]) for kind in kinds)
     return {"setting": "world micro-rn, LACE-local", "model": "lace-micro-rn-32", "batch": batch, "n_edits": n_edits,
             "layer": layer, "plain_ms": 1e3 * plain, "local_ms": 1e3 * local, "local_over_plain": local / plain,
             # the same step with the edits left out: the upper layers' extra maps alone
             "floor_ms": 1e3 * floor, "floor_over_plain": floor / plain,
+            "pairs_ms": 1e3 * pairs, "pairs_over_plain": pairs / plain,
+            "pairs_column_ms": 1e3 * pairs_column, "pairs_column_over_plain": pairs_column / plain,
+            "pair_row_share": statistics.mean(pair_share),
             "valid_edit_share": statistics.mean(valid), "editor_fit_seconds": fit_seconds, "fit_images": fit_images}
 
 
@@ -212,13 +234,18 @@ def main() -> None:
           f"(M = {local['n_edits']} at {local['layer']}; valid {local['valid_edit_share']:.2f}) "
           f"local/plain {local['local_over_plain']:.3f} (floor, no edits: {local['floor_over_plain']:.3f}); "
           f"editor fit {local['editor_fit_seconds']:.1f}s")
+    print(f"{'pairs layout':<22} {local['batch']:>5} pairs {local['pairs_ms']:.1f} ms, pairs/plain "
+          f"{local['pairs_over_plain']:.3f}; pairs + column {local['pairs_column_ms']:.1f} ms, "
+          f"pairs + column/plain {local['pairs_column_over_plain']:.3f} (rows with a written caption "
+          f"{local['pair_row_share']:.2f})")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
     if torch.cuda.is_available():
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps({
         "benchmark": "train_step", "device": "cuda" if torch.cuda.is_available() else "cpu",
         "threads": args.threads, "settings": rows, "local": local,
-        "local_over_plain": local["local_over_plain"],
+        "local_over_plain": local["local_over_plain"], "pairs_over_plain": local["pairs_over_plain"],
+        "pairs_column_over_plain": local["pairs_column_over_plain"],
         "lace_over_plain": max((r["lace_over_plain"] for r in rows), default=None), "peak_gb": round(peak_gb, 3),
     }))
 

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dictionary",),
     ("concepts",),
     ("edits", "local"),
-    ("losses",),
+    ("losses", "provenance"),
     ("train",),
     ("eval",),
     ("report",),

@@ -15,7 +15,7 @@ from lace.data.world import (
 from lace.data.world.config import PALETTE
 from lace.data.world.scene import sample_rng
 from lace.encoders.open_clip_encoder import load_open_clip
-from lace.local.editor import fit_local_editor, fit_recolour_editor
+from lace.local.editor import EditSlots, fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
@@ -230,7 +230,8 @@ def test_training_pass_of_the_editor_is_the_plain_pass_for_the_originals(resnet)
 
     def large_steps(features, grid, n_edits, objects, row_generator=None):  # whatever edits the tiny random tower finds
         steps = 3 * torch.randn(*features.shape[:1], n_edits, *features.shape[1:], generator=generator)
-        return steps, torch.ones(features.shape[0], n_edits, dtype=torch.bool), ["swap"] * n_edits
+        return EditSlots(steps, torch.ones(features.shape[0], n_edits, dtype=torch.bool), ["swap"] * n_edits,
+                         torch.zeros(features.shape[0], n_edits, 2, dtype=torch.long))
 
     editor.steps = large_steps
     training, plain = copy.deepcopy(resnet).train(), copy.deepcopy(resnet).train()

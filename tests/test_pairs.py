@@ -94,12 +94,14 @@ def test_a_pair_rows_positive_is_the_caption_its_edit_describes_and_others_are_s
     assert (rows.captions[~rows.valid] == 0).all() and (rows.captions[rows.valid].norm(dim=-1) > 0.99).all()
 
 
-def _by_hand(images, captions, originals, valid, scale):
+def _by_hand(images, captions, originals, valid, scale, real_images=None):
     keep = valid.nonzero().squeeze(1).tolist()
     total = 0.0
     for k in keep:
         i2t = [scale * images[k] @ captions[g] for g in keep] + [scale * images[k] @ originals[k]]
         t2i = [scale * captions[k] @ images[g] for g in keep]
+        if real_images is not None:
+            t2i.append(scale * captions[k] @ real_images[k])
         own = keep.index(k)
         total += 0.5 * (-torch.log_softmax(torch.stack(i2t), 0)[own] - torch.log_softmax(torch.stack(t2i), 0)[own])
     return total / len(keep)
@@ -117,6 +119,10 @@ def test_pair_loss_is_negclip_of_the_edited_pairs_over_valid_rows_only():
     garbage[~valid] = float("nan")
     torch.testing.assert_close(pair_loss(images, garbage, originals, valid, scale), loss)
     assert pair_loss(images, captions, originals, torch.zeros(5, dtype=torch.bool), scale) == 0
+    real = F.normalize(torch.randn(5, 8), dim=-1)
+    with_real = pair_loss(images, captions, originals, valid, scale, real_images=real)
+    torch.testing.assert_close(with_real, _by_hand(images, captions, originals, valid, scale, real))
+    assert with_real > loss
 
 
 def test_the_sigmoid_pair_loss_has_one_term_per_pair_and_one_for_the_real_caption():

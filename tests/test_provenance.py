@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
-from lace.eval.provenance import provenance_preferences, rank_auc, real_vs_edited_auc
+from lace.provenance import provenance_preferences, rank_auc, real_vs_edited_auc
 
 
 def unit(*rows) -> torch.Tensor:

@@ -54,7 +54,7 @@ class NudgeEditor:
         noise = normal((z.shape[0], n_edits, z.shape[1]), generator, z.device)
         valid = torch.ones(z.shape[0], n_edits, dtype=torch.bool)
         valid[0] = False  # one row with no valid edit
-        return SimpleNamespace(embeddings=F.normalize(z.unsqueeze(1) + 0.1 * noise, dim=-1), valid=valid)
+        return SimpleNamespace(embeddings=F.normalize(z.unsqueeze(1) + 0.1 * noise, dim=-1), valid=valid, records=None)
 
     concept_arithmetic = counterfactuals
 

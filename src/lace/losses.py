@@ -302,6 +302,7 @@ def pair_loss(
     gallery_valid: Tensor | None = None,
     row_offset: int = 0,
     rows: float | Tensor | None = None,
+    real_images: Tensor | None = None,
 ) -> Tensor:
     """The edited pairs' own contrastive term, TripletCLIP's `negclip(I', T', T)` (arXiv 2411.02545).
 
@@ -310,7 +311,9 @@ def pair_loss(
     edited images. Softmax (`logit_bias` None): `0.5 * (CE_i2t + CE_t2i)` summed over the valid rows, the i2t row
     `[s I'_k . T'_g for every valid g, s I'_k . T_k]`, the t2i row `[s T'_k . I'_g for every valid g]`. Sigmoid
     (`logit_bias` b, SigLIP's): `-log sigmoid(z (s I'_k . T'_g + b))` over the valid g (z = +1 on the own caption),
-    plus `-log sigmoid(-(s I'_k . T_k + b))`, summed. Either sum is divided by `rows`.
+    plus `-log sigmoid(-(s I'_k . T_k + b))`, summed. Either sum is divided by `rows`. With `real_images`, the
+    described caption T'_k also takes the real image I_k as a hard negative of its text->image row (softmax: one
+    more column; sigmoid: one more z = -1 term), so the caption of the edit is taught to prefer the edit.
 
     Args:
         images, captions, originals: (N, d) unit embeddings of the own edited images, their described captions
@@ -320,6 +323,7 @@ def pair_loss(
             validity, (G, d), (G, d), (G,), the own rows at `row_offset` (default: the own rows).
         rows: the divisor: the valid rows of the whole global batch over the number of processes (default: the own
             valid rows). The mean of the processes' terms is then the one-process term of the global batch.
+        real_images: (N, d) the real image each edit was made from (None: TripletCLIP's layout, no such column).
     Returns:
         scalar; 0 (with a graph) when no row is valid.
     """
@@ -335,15 +339,21 @@ def pair_loss(
     targets = own + row_offset
     edited, described, real = images[own], captions[own], originals[own]
     hard = logit_scale * (edited * real).sum(-1, keepdim=True)  # (N_valid, 1)
+    hard_image = None if real_images is None else logit_scale * (described * real_images[own]).sum(-1, keepdim=True)
     to_texts = logit_scale * edited @ gallery_texts.T  # (N_valid, G)
     if logit_bias is not None:
         signs = -torch.ones_like(to_texts)
         signs[torch.arange(len(own), device=own.device), targets] = 1.0
         terms = -F.logsigmoid(signs * (to_texts + logit_bias))
         terms = torch.where(gallery_valid[None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
-        return (terms.sum() - F.logsigmoid(-(hard + logit_bias)).sum()) / rows
+        total = terms.sum() - F.logsigmoid(-(hard + logit_bias)).sum()
+        if hard_image is not None:
+            total = total - F.logsigmoid(-(hard_image + logit_bias)).sum()
+        return total / rows
     to_texts = to_texts.masked_fill(~gallery_valid[None], float("-inf"))
     to_images = (logit_scale * described @ gallery_images.T).masked_fill(~gallery_valid[None], float("-inf"))
+    if hard_image is not None:
+        to_images = torch.cat([to_images, hard_image], dim=1)
     image_to_text = F.cross_entropy(torch.cat([to_texts, hard], dim=1), targets, reduction="sum")
     text_to_image = F.cross_entropy(to_images, targets, reduction="sum")
     return 0.5 * (image_to_text + text_to_image) / rows

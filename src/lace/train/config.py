@@ -125,6 +125,9 @@ class TrainConfig(ArmSwitches):
     edited_image_columns: bool = True
     """Each image-side edit is a text->image negative of its real caption (today's layout); off with
     edited_image_rows gives the pairs layout alone."""
+    edited_rows_real_image_negative: bool = False
+    """The described caption of each edited row also takes the real image as a hard negative (its text->image row
+    gets one more column), so it is taught to prefer the edit over the image the edit was made from."""
     edited_rows_weight: float = 1.0
     """Weight of the edited rows' term (`lace.losses.pair_loss`) added to the loss; it scales only those terms."""
     local: LocalEditConfig = field(default_factory=LocalEditConfig)

@@ -40,7 +40,7 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
-from lace.eval.provenance import PREFERENCES, provenance_preferences
+from lace.provenance import PREFERENCES, provenance_preferences
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
 from lace.local import build_local_editor
 from lace.losses import duplicate_pairs
@@ -362,7 +362,8 @@ class Trainer:
             if config.edited_image_rows:
                 rows = pair_rows(negatives.edited, self._encode_described)
                 bias = self.logit_bias if config.loss == "sigmoid" else None
-                loss = loss + config.edited_rows_weight * pair_term(rows, V, scale, bias, self.context)
+                loss = loss + config.edited_rows_weight * pair_term(rows, U, V, scale, bias, self.context,
+                                                                    config.edited_rows_real_image_negative)
             else:  # a columns-only arm at a logged step: its edits' captions, for the provenance figures alone
                 with torch.no_grad():
                     rows = pair_rows(negatives.edited, self._encode_described)
@@ -656,7 +657,7 @@ PROVENANCE_FIGURES = (*PREFERENCES, "edit_cosine")
 
 
 def _provenance_sums(U: torch.Tensor, V: torch.Tensor, rows) -> dict[str, float]:
-    """The provenance figures (`lace.eval.provenance`) of a micro-batch's rows with a describable edit, the first
+    """The provenance figures (`lace.provenance`) of a micro-batch's rows with a describable edit, the first
     such slot of each, as sums over those rows (and their count "n"), so that windows and processes add up."""
     valid = rows.valid  # (B, P)
     first = valid.float().argmax(dim=1)  # (B,) the first valid slot (0 where none, masked below)

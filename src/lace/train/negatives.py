@@ -88,9 +88,9 @@ def arm_negatives(config, editor, U: Tensor, V: Tensor, generator, made: BatchSo
                                              config.counterfactual_images, config.counterfactual_source, generator)
     image_sides: list[tuple[Tensor, Tensor, Callable[[], list[list[str | None]]]]] = []
     if negatives.image_negatives is not None:
-        records, names = negatives.image_records, editor.unit_names
+        records = negatives.image_records
         image_sides.append((negatives.image_negatives, negatives.image_valid,
-                            lambda: describe(record_changes(records, names))))
+                            lambda: describe(record_changes(records, editor.unit_names))))
         negatives.image_negatives = negatives.image_valid = negatives.image_records = None
     if made.rule_captions is not None:
         rule_texts, rule_valid = made.rule_captions

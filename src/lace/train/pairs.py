@@ -95,15 +95,17 @@ def pair_rows(edits: list[EditedImages], encode_texts: Callable[[list[str]], Ten
     return PairRows(images, embedded, valid)
 
 
-def pair_term(rows: PairRows, V: Tensor, logit_scale: Tensor, logit_bias: Tensor | None,
-              context: DistributedContext) -> Tensor:
+def pair_term(rows: PairRows, U: Tensor, V: Tensor, logit_scale: Tensor, logit_bias: Tensor | None,
+              context: DistributedContext, real_image_negative: bool = False) -> Tensor:
     """`pair_loss` of this process's rows against every process's, exact under data parallelism: the divisor is
     the global batch's valid rows over the number of processes, so the mean of the processes' terms is the
-    one-process term. V (B, d): the real captions, each row's hard negative."""
+    one-process term. U, V (B, d): the real images and captions; each row's real caption is its hard negative, and
+    with `real_image_negative` its real image is the hard negative of its described caption."""
     images = rows.images.flatten(0, 1)  # (B P, d)
     captions = rows.captions.flatten(0, 1)
     valid = rows.valid.flatten()
     originals = V[:, None].expand(rows.images.shape).flatten(0, 1)
+    real_images = U[:, None].expand(rows.images.shape).flatten(0, 1) if real_image_negative else None
     gallery_images, offset = gather_with_grad(images, context)
     gallery_texts, _ = gather_with_grad(captions, context)
     gallery_valid, _ = gather_with_grad(valid.to(torch.long), context)
@@ -113,7 +115,7 @@ def pair_term(rows: PairRows, V: Tensor, logit_scale: Tensor, logit_bias: Tensor
         total = total / context.world_size
     return pair_loss(images, captions, originals, valid, logit_scale, logit_bias=logit_bias,
                      gallery_images=gallery_images, gallery_texts=gallery_texts, gallery_valid=gallery_valid,
-                     row_offset=offset, rows=total.clamp_min(1))
+                     row_offset=offset, rows=total.clamp_min(1), real_images=real_images)
 
 
 __all__ = ["EditedImages", "PairRows", "describe_slots", "pair_rows", "pair_term", "record_changes"]
