@@ -35,14 +35,14 @@ from lace.concepts.directions import directions_from_templates
 from lace.concepts.labelling import label_atoms
 from lace.concepts.vocabulary import load_vocabulary
 from lace.dictionary.concept_dictionary import ConceptDictionary
+from lace.distributed import DistributedContext
 from lace.edits import CounterfactualEditor
+from lace.edits.captions import RuleNegatives
 from lace.encoders import load_encoder
 from lace.local import LocalEditConfig, build_local_editor
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
 from lace.train.config import TrainConfig
-from lace.distributed import DistributedContext
-from lace.edits.captions import RuleNegatives
 from lace.train.local_arm import LocalImagePass
 from lace.train.optim import build_optimizer
 from lace.train.pairs import EditedImages, describe_slots, pair_rows, pair_term

@@ -40,10 +40,10 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
-from lace.provenance import PREFERENCES, provenance_preferences
 from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
 from lace.local import build_local_editor
 from lace.losses import duplicate_pairs
+from lace.provenance import PREFERENCES, provenance_preferences
 from lace.row_random import RowGenerators
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
