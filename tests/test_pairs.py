@@ -179,3 +179,14 @@ def test_pairs_one_process_and_two_processes_agree(world, tmp_path):
 def test_impossible_pair_settings_are_refused_naming_the_field(changes, field):
     with pytest.raises(LaceInputError, match=field):
         replace(TrainConfig(vocabulary="world"), **changes).validate()
+
+
+def test_a_collision_is_a_valid_edits_caption_that_is_also_a_rule_made_negative_of_its_row():
+    from lace.train.negatives import rule_collisions
+
+    captions = [["a blue cube left of a red ball", None], ["a green cone", "a red cone"], ["a red ball", None]]
+    valid = torch.tensor([[True, False], [False, True], [False, False]])
+    edited = [EditedImages(torch.zeros(3, 2, 4), valid, captions)]
+    rules = [["a blue cube left of a red ball"], ["a green cone"], ["a red ball"]]
+    # row 0 collides; row 1's matching caption belongs to an edit that was not made; row 2 has no valid edit
+    assert rule_collisions(edited, rules) == 1

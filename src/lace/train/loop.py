@@ -378,7 +378,8 @@ class Trainer:
         stats = {"loss": loss.detach(), "plain_loss": plain, "samples": n, "skipped": batch.skipped,
                  "caption_valid": _valid_rows(negatives.caption_valid),
                  "image_valid": _valid_rows(negatives.image_valid),
-                 "pair_valid": _valid_rows(rows.valid) if rows is not None and config.edited_image_rows else 0.0}
+                 "pair_valid": _valid_rows(rows.valid) if rows is not None and config.edited_image_rows else 0.0,
+                 "rule_collisions": float(negatives.rule_collisions)}
         if rows is not None and self._measures_provenance(number):
             stats["provenance"] = _provenance_sums(U, V, rows)
         return loss, stats
@@ -573,7 +574,7 @@ class Trainer:
         check_editor_dimension(self.editor, self.encoder.embed_dim, "refreshed dictionary")
 
     def _log(self, window: list[dict], seconds: float, lr: float, writer) -> dict:
-        keys = ("loss", "plain_loss", "caption_valid", "image_valid", "pair_valid")
+        keys = ("loss", "plain_loss", "caption_valid", "image_valid", "pair_valid", "rule_collisions")
         measured = [s["provenance"] for s in window if "provenance" in s]
         provenance = [float(sum(m[name] for m in measured)) for name in (*PROVENANCE_FIGURES, "n")]
         local = [float(sum(s[k] for s in window)) for k in keys] + provenance + [
@@ -596,6 +597,8 @@ class Trainer:
             "caption_negatives_valid_rows": totals[2] / max(samples, 1),
             "image_negatives_valid_rows": totals[3] / max(samples, 1),
             **({"pair_rows_valid": totals[4] / max(samples, 1)} if self.config.edited_image_rows else {}),
+            **({"rule_collision_rows": totals[5] / max(samples, 1)}
+               if self.config.edited_image_rows and self.config.caption_negatives else {}),
             **_provenance_metrics(provenance_totals),
             "samples_seen": self.samples_seen,
             "skipped_images": self.skipped_images,

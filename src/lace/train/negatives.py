@@ -35,6 +35,9 @@ class Negatives:
     image_valid: Tensor | None = None
     image_records: EditRecords | None = None
     edited: list[EditedImages] = field(default_factory=list)
+    rule_collisions: int = 0
+    """Rows whose edit's described caption is also one of the row's rule-made caption negatives: one text both
+    pushed from the real image and pulled to its edit."""
 
     def add_captions(self, negatives: Tensor, valid: Tensor) -> None:
         if self.caption_negatives is None:
@@ -110,7 +113,19 @@ def arm_negatives(config, editor, U: Tensor, V: Tensor, generator, made: BatchSo
             negatives.add_images(embeddings, valid)
         if describe is not None:  # rows of their own (edited_image_rows), or read for the provenance figures
             negatives.edited.append(EditedImages(embeddings, valid, captions()))
+    if negatives.edited and config.caption_negatives and made.rule_strings is not None:
+        negatives.rule_collisions = rule_collisions(negatives.edited, made.rule_strings)
     return negatives
+
+
+def rule_collisions(edited: list[EditedImages], rule_strings: list[list[str]]) -> int:
+    """How many rows have a valid edit whose described caption is one of the row's rule-made negatives."""
+    count = 0
+    for b, rules in enumerate(rule_strings):
+        described = {text for edit in edited for text, ok in zip(edit.captions[b], edit.valid[b].tolist())
+                     if ok and text is not None}
+        count += bool(described & set(rules))
+    return count
 
 
 def dictionary_dim(editor) -> int | None:
