@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torchvision.transforms import Normalize
 
 from lace.concepts.labelled import load_labelled_dictionary
@@ -32,12 +31,12 @@ from lace.data.world.config import PALETTE
 from lace.data.world.folder import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
-from lace.experiment.fidelity_scores import family_figures, mean_or_none
+from lace.experiment.fidelity_scores import mean_or_none
+from lace.experiment.local_fidelity import benchmark_items, edit_figures, family_data, item_pixels
 from lace.experiment.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
-from lace.io import read_json
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import fit_local_editor
-from lace.local.edits import binding_swap, random_control, transplant
+from lace.local.edits import binding_swap, transplant
 from lace.local.objects import FoundObjects, mask_iou
 from lace.local.recolour import RecolourRegression
 from lace.local.text import caption_swap_negatives, single_token_ids
@@ -95,10 +94,6 @@ class FidelityConfig:
 
 
 
-def _images(encoder, world: Path, names: list[str]) -> torch.Tensor:
-    return torch.stack([encoder.preprocess(Image.open(world / name).convert("RGB")) for name in names])
-
-
 def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     """Every figure of the fidelity tables, as a JSON-ready dict."""
     if config.split.startswith("test"):
@@ -128,25 +123,16 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     if config.renderer_masks:
         by_id = read_scenes(world, "train")
         train_scenes = [by_id[Path(train.records[i].image_path).stem] for i in range(n_train)]
-    items = read_json(world / "benchmarks" / f"{config.split}.json", list)
     scenes = read_scenes(world, config.split)
-    families = {family: [item for item in items if item["family"] == family][: config.n_items]
+    families = {family: benchmark_items(world, config.split, family, config.n_items)
                 for family in ("swap_attribute", "replace_attribute")}
     names = vocabulary.groups()[config.group]
     results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers),
                           "pooled": list(config.pooled)},
                "n_train": n_train, "image": {}, "text": {}}
     with torch.no_grad():
-        data = {}
-        for family, chosen in families.items():
-            data[family] = {
-                "x": _images(encoder, world, [item["filename"] for item in chosen]),
-                "x_rendered": _images(encoder, world, [item["negative_filename"] for item in chosen]),
-                "v_pos": encoder.encode_texts([item["caption"] for item in chosen]),
-                "v_neg": encoder.encode_texts([item["negative_caption"] for item in chosen]),
-            }
-            data[family]["u"] = encoder.encode_images(data[family]["x"])
-            data[family]["u_rendered"] = encoder.encode_images(data[family]["x_rendered"])
+        data = {family: family_data(encoder, item_pixels(encoder, world, chosen), chosen)
+                for family, chosen in families.items()}
         for layer in config.layers:
             results["image"][layer] = _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary,
                                                      names, families, data, scenes, world_config, log, train_scenes,
@@ -229,10 +215,7 @@ def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary
                 which = hit.float().argmax(dim=1)
                 step, valid = transplant(transport, features, split.grid, objects, which, target)
                 valid = valid & hit.any(dim=1)
-            control = random_control(step, generator)
-            u_edit = split.upper(features + step)
-            u_control = split.upper(features + control)
-            figures[kind] = family_figures(d, valid, u_edit, u_control, step.flatten(1).norm(dim=1))
+            figures[kind] = edit_figures(split, features, step, valid, d, generator)
         name = f"{method} (renderer masks)" if masks else method
         out["methods"][name] = figures
         log(f"[image {layer} {name}] swap {figures['swap']['edit']} control "

@@ -32,12 +32,23 @@ class LocalEditConfig:
     """Training images the local editor's reader and operator are fitted on."""
     group: str = "colour"
     """Attribute group of the vocabulary whose concepts the local edits swap and transplant."""
+    refresh_every: int = 0
+    """Refit the local image editor (reader and operator) on the current tower every this many steps, after the
+    optimiser step, so the edits follow the tower as it trains (0: fitted once, before the first step)."""
+    fidelity_every: int = 0
+    """Shapes world only: every this many steps, log the local editor's fidelity on fixed validation scenes
+    (local_fidelity_* in metrics.jsonl: direction agreement of its binding swaps with the rendered swaps; 0: never)."""
+    fidelity_items: int = 64
+    """Validation swap_attribute items (the first ones of the world's val split) the fidelity is measured on."""
 
     def validate(self, where: str = "local edit config") -> LocalEditConfig:
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
-        for name in ("n_edits", "fit_images"):
+        for name in ("n_edits", "fit_images", "fidelity_items"):
             if getattr(self, name) < 1:
                 raise input_error(where, name, "a positive integer", getattr(self, name))
+        for name in ("refresh_every", "fidelity_every"):
+            if getattr(self, name) < 0:
+                raise input_error(where, name, "a non-negative integer", getattr(self, name))
         if self.operator not in LOCAL_OPERATORS:
             raise input_error(where, "operator", f"one of {LOCAL_OPERATORS}", self.operator)
         return self

@@ -69,3 +69,18 @@ class PositionConceptReader:
         probabilities: `self.probabilities(features)` when already computed."""
         shown = (self.probabilities(features) if probabilities is None else probabilities)[..., 1:]
         return 1 - torch.exp(torch.log1p(-shown.clamp(max=1 - 1e-6)).sum(dim=1))
+
+    def state_dict(self) -> dict:
+        """The fitted reader as plain tensors and numbers (what a `weights_only` checkpoint load reads back)."""
+        return {"steps": self.steps, "lr": self.lr, "random_state": self.random_state, "mean": self.mean_,
+                "scale": self.scale_, "weight": self.weight_, "bias": self.bias_, "nothing_mean": self.nothing_mean_,
+                "mention_loss": self.mention_loss_}
+
+    @classmethod
+    def from_state(cls, state: dict) -> PositionConceptReader:
+        """The fitted reader `state_dict()` describes, its tensors as they were saved."""
+        reader = cls(state["steps"], state["lr"], state["random_state"])
+        reader.mean_, reader.scale_ = state["mean"], state["scale"]
+        reader.weight_, reader.bias_ = state["weight"], state["bias"]
+        reader.nothing_mean_, reader.mention_loss_ = state["nothing_mean"], float(state["mention_loss"])
+        return reader

@@ -98,6 +98,26 @@ class RecolourRegression:
                 self.counts_[source, target] = int(near.sum())
         return self
 
+    def state_dict(self) -> dict:
+        """The fitted regression as plain tensors and numbers: the K learnt pairs (K, 2) long, their weights
+        (K, D + 1, C) and position counts (K,), in the fit's order."""
+        pairs = list(self.weights_)
+        weights = torch.stack([self.weights_[pair] for pair in pairs]) if pairs else torch.zeros(0)
+        return {"window": self.window, "ridge": self.ridge, "min_coverage": self.min_coverage,
+                "n_concepts": self.n_concepts_, "pairs": torch.tensor(pairs, dtype=torch.long).reshape(-1, 2),
+                "weights": weights, "counts": torch.tensor([self.counts_[pair] for pair in pairs], dtype=torch.long)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> RecolourRegression:
+        """The fitted regression `state_dict()` describes, its weights as they were saved."""
+        regression = cls(state["window"], state["ridge"], state["min_coverage"])
+        pairs = [tuple(pair) for pair in state["pairs"].tolist()]
+        regression.n_concepts_ = int(state["n_concepts"])
+        regression.weights_ = dict(zip(pairs, state["weights"]))
+        regression.counts_ = dict(zip(pairs, state["counts"].tolist()))
+        regression._stacked_weights = None
+        return regression
+
     def _stacked(self) -> Tensor:
         """(G G, D + 1, C) every ordered pair's weights, row a G + b for (a, b); zero for pairs never learnt."""
         if getattr(self, "_stacked_weights", None) is None:

@@ -114,6 +114,24 @@ class GaussianTransport:
         self._maps: dict[tuple[int, int, int], tuple[Tensor, Tensor]] = {}
         return self
 
+    def state_dict(self) -> dict:
+        """The fitted transport as plain tensors and numbers (the maps are rebuilt from them on use)."""
+        return {"n_buckets": self.n_buckets, "window": self.window, "shrinkage": self.shrinkage,
+                "min_coverage": self.min_coverage, "min_positions": self.min_positions,
+                "covariance": self.covariance, "channels": self.channels_, "means": self.means_,
+                "covariances": self.covariances_, "counts": self.counts_}
+
+    @classmethod
+    def from_state(cls, state: dict) -> GaussianTransport:
+        """The fitted transport `state_dict()` describes, its tensors as they were saved."""
+        transport = cls(state["n_buckets"], state["window"], state["shrinkage"], state["min_coverage"],
+                        state["min_positions"], state["covariance"])
+        transport.channels_ = int(state["channels"])
+        transport.means_, transport.covariances_, transport.counts_ = (state["means"], state["covariances"],
+                                                                       state["counts"])
+        transport._maps = {}
+        return transport
+
     def _map(self, source: int, target: int, bucket: int) -> tuple[Tensor, Tensor] | None:
         """(C, D) centre rows of A_ab and (C,) offset so that x_centre' = offset + rows @ x; None if unfitted."""
         key = (source, target, bucket)

@@ -108,7 +108,8 @@ class TrainConfig(ArmSwitches):
     normalise(u + v(t') - v(t)) of the text->image row (rule_negative_kinds, rule_negatives_per_caption)."""
     local_image_negatives: bool = False
     """LACE-local: binding swaps and transplants made inside the image tower at local_layer (lace.local)
-    are text->image negatives; the editor is fitted on the training images before the first step. The
+    are text->image negatives; the editor is fitted on the training images before the first step (and again every
+    local_refresh_every steps). The
     edited maps run through the upper layers in the images' own pass, with BatchNorm statistics from the
     real images alone (lace.local.batch_norm)."""
     local_caption_swaps: bool = False

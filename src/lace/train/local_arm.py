@@ -1,8 +1,8 @@
 """LACE-local in training: negatives made inside the towers (`lace.local`), drawn per sample.
 
-The image editor is fitted once, before the first step, on the first `local.fit_images` training
+The image editor is fitted before the first step, on the first `local.fit_images` training
 images and their captions (`lace.local.build_local_editor`; the reader finds objects from the features,
-the renderer is never asked). Its random choices (which absent concept a transplant brings) are drawn
+the renderer is never asked), and refitted every `local.refresh_every` steps (`lace.train.local_refresh`). Its random choices (which absent concept a transplant brings) are drawn
 per sample from (seed, epoch, image) (`RowGenerators`), so one process and several draw the same
 negatives for the same rows. On cached tower-top inputs the editor acts on the cached maps themselves
 (`lace.local.maps.MapEditor`) and the trainable top runs on the edited maps.

@@ -72,6 +72,7 @@ from lace.train.local_arm import (
     local_caption_negatives,
     map_negatives,
 )
+from lace.train.local_refresh import LocalEditorUpkeep, fidelity_probe
 from lace.train.loss_choice import choose_loss, contrastive_losses, logit_bias_of
 from lace.train.lost_rank import WatchCollectives
 from lace.train.negatives import (
@@ -132,7 +133,8 @@ def train(
         on_batch: called as `on_batch(micro_batch_number, dataset_indices)` for every
             micro-batch this process trains on (to record the data order).
         local_editor: the fitted local image editor of `local_image_negatives` (default: fitted on the
-            training images before the first step; with `TopPairs`, a `lace.local.maps.MapEditor` passed in).
+            training images before the first step; with `TopPairs`, a `lace.local.maps.MapEditor` passed in);
+            `local.refresh_every` replaces it by refits from `config.local` (`lace.train.local_refresh`).
         rendered: the ceiling arm's `RenderedNegatives`, one per training image (default: rendered from
             the shapes world that `config.data` lies in).
         encoder: the model to train in place (default: `load_encoder(config.model, config.pretrained)`);
@@ -191,6 +193,10 @@ class Trainer:
         self.local_editor = local_editor if config.local_image_negatives else None  # an arm takes only its own
         if config.local_image_negatives and local_editor is None:
             self.local_editor = self._fit_local_editor()
+        self.local_upkeep = None  # refits and fidelity of the editor (pixels only: the cached maps are frozen)
+        if self.local_editor is not None and not self.tops:
+            self.local_upkeep = LocalEditorUpkeep(config.local, self._fit_local_editor,
+                                                  fidelity_probe(config, self.encoder, context.is_main))
         self.concept_token_ids = None
         if config.local_caption_swaps:
             self.concept_token_ids = group_token_ids(self.encoder.tokenize, load_vocabulary(config.vocabulary),
@@ -252,6 +258,10 @@ class Trainer:
         if self.tops and config.local_image_negatives and local_editor is None:
             raise LaceInputError(f"{where}: field 'local_image_negatives': expected a fitted lace.local.maps.MapEditor "
                                  "passed in as local_editor (the maps' objects are found on the cached maps)")
+        upkeep = [f"local.{name}" for name in ("refresh_every", "fidelity_every") if getattr(config.local, name)]
+        if self.tops and config.local_image_negatives and upkeep:
+            raise LaceInputError(f"{where}: fields {upkeep}: expected 0 (the maps below the cut are frozen, so a "
+                                 "refit would give the same MapEditor; the fidelity needs the pixels)")
         below_cut = ["local_caption_swaps", "rendered_negatives"]
         if not self.tops:
             below_cut = ["paired_caption_directions", "local_image_negatives", *below_cut]
@@ -335,6 +345,8 @@ class Trainer:
             # Refitting on the saved pool rebuilds the dictionary the run was using.
             self.refit_images, self.refit_texts = state["refit_images"], state["refit_texts"]
             self.editor = refresh_editor(self.editor, self.refit_images, self.refit_texts)
+        if self.local_upkeep is not None:  # the local editor in use at the checkpoint, refitted since or not
+            self.local_editor = self.local_upkeep.restore(state.get("local_editor"), self.local_editor)
         self.checkpoint_path = manifest
         if self.context.is_main:
             _truncate_metrics(self.run_dir / METRICS_FILE, self.step)
@@ -545,11 +557,12 @@ class Trainer:
                 if config.refresh_dictionary_every and self.editor is not None \
                         and self.step % config.refresh_dictionary_every == 0:
                     self._refresh_dictionary()
+                fidelity_due = self._tend_local_editor()
                 stop_now = stop.agreed(context)  # Ctrl-C, SIGTERM, SIGUSR1: save this step, then stop
                 checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
                     or self.step == self.total_steps or stop_now
                 # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
-                if self.step % config.log_every == 0 or checkpoint_now:
+                if self.step % config.log_every == 0 or checkpoint_now or fidelity_due:
                     last_metrics = self._log(window, time.perf_counter() - window_started, lr, writer)
                     bar.set_postfix(loss=f"{last_metrics['loss']:.4f}", lr=f"{lr:.2e}",
                                     samples_per_s=f"{last_metrics['samples_per_second']:.0f}")
@@ -566,6 +579,14 @@ class Trainer:
         barrier(context)
         return TrainResult(self.encoder, self.run_dir, self.run_dir / METRICS_FILE, self.checkpoint_path,
                            self.step, self.skipped_images, last_metrics)
+
+    def _tend_local_editor(self) -> bool:
+        """After step `self.step`: refit the local editor when due (`LocalEditorUpkeep`); True when the step's
+        local fidelity is due, so that its metrics line is written."""
+        if self.local_upkeep is None:
+            return False
+        self.local_editor, fidelity_due = self.local_upkeep.after_step(self.step, self.local_editor)
+        return fidelity_due
 
     def _refresh_dictionary(self) -> None:
         self.refit_images = torch.cat(list(self.pool_images)).cpu()
@@ -602,6 +623,7 @@ class Trainer:
             **_provenance_metrics(provenance_totals),
             "samples_seen": self.samples_seen,
             "skipped_images": self.skipped_images,
+            **(self.local_upkeep.metrics() if self.local_upkeep is not None else {}),
         }
         if self.context.is_main:
             with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
@@ -635,6 +657,7 @@ class Trainer:
             "pool_sizes": torch.tensor([t.shape[0] for t in self.pool_images], dtype=torch.long),
             "refit_images": self.refit_images if self.refit_images is not None else empty,
             "refit_texts": self.refit_texts if self.refit_texts is not None else empty,
+            **({"local_editor": self.local_upkeep.state(self.local_editor)} if self.local_upkeep is not None else {}),
         }
         self.checkpoint_path = checkpoints.save_checkpoint(
             self.run_dir, self.step, self.encoder.state_dict(), state, keep=self.config.keep_checkpoints)

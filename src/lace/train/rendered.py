@@ -48,9 +48,10 @@ def rendered_negatives(world: str | Path, scene_ids: list[str], preprocess) -> R
                              swapped_colours(world, scene_ids))
 
 
-def world_of(data: str | None) -> Path:
-    """The shapes world folder a training data file (its karpathy_<style>.json) lies in."""
+def world_of(data: str | None, needed_by: str = "rendered_negatives") -> Path:
+    """The shapes world folder a training data file (its karpathy_<style>.json) lies in; needed_by: the switch
+    that needs the world, named in the error."""
     if data is None or not (Path(data).parent / "world.json").is_file():
-        raise input_error("train config", "data", "a shapes world's karpathy_<style>.json when rendered_negatives is on",
+        raise input_error("train config", "data", f"a shapes world's karpathy_<style>.json when {needed_by} is on",
                           data)
     return Path(data).parent
