@@ -31,12 +31,12 @@ from lace.data.world.config import PALETTE
 from lace.data.world.folder import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
-from lace.experiment.fidelity_scores import mean_or_none
-from lace.experiment.local_fidelity import benchmark_items, edit_figures, family_data, item_pixels
 from lace.experiment.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, transplant
+from lace.local.fidelity import benchmark_items, edit_figures, family_data, item_pixels
+from lace.local.fidelity_scores import mean_or_none
 from lace.local.objects import FoundObjects, mask_iou
 from lace.local.recolour import RecolourRegression
 from lace.local.text import caption_swap_negatives, single_token_ids

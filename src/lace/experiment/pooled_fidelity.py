@@ -27,7 +27,7 @@ from lace.concepts.labelled import LabelledDictionary
 from lace.edits import EditConfig, build_editor
 from lace.edits.controls import random_step
 from lace.errors import LaceInputError, input_error
-from lace.experiment.fidelity_scores import family_figures
+from lace.local.fidelity_scores import family_figures
 from lace.train.negatives import check_editor_dimension, paired_caption_directions
 
 POOLED_METHODS = ("paired_caption_directions", "lace", "concept_arithmetic")

@@ -18,7 +18,7 @@ at a ResNet's layer1, of the order of the model's own size at a wide ViT block.)
 
 Fidelity: every N steps, after any refit of that step, the main process measures the editor the next step uses,
 on the current tower, on the first `local.fidelity_items` swap_attribute items of the val split of the world the
-training data lies in (`lace.experiment.local_fidelity.swap_fidelity`: direction agreement of its binding swaps
+training data lies in (`lace.local.fidelity.swap_fidelity`: direction agreement of its binding swaps
 with the rendered swaps). It runs in eval mode, without gradient, on a forked random stream and without any
 collective: the other processes go on and wait for it in the next step's collectives.
 """
@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 from lace.errors import input_error
-from lace.experiment.local_fidelity import benchmark_items, family_data, item_pixels, swap_fidelity
 from lace.local.config import LocalEditConfig
 from lace.local.editor import LocalImageEditor
+from lace.local.fidelity import benchmark_items, family_data, item_pixels, swap_fidelity
 from lace.local.state import editor_from_state, editor_state
 from lace.train.config import TrainConfig
 from lace.train.rendered import world_of

@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from lace.experiment.fidelity_scores import family_figures
 from lace.io import read_json
 from lace.local.editor import LocalImageEditor
 from lace.local.edits import binding_swap, random_control
+from lace.local.fidelity_scores import family_figures
 from lace.local.towers import ImageTowerSplit
 
 
