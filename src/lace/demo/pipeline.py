@@ -388,10 +388,11 @@ def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, o
               model_path: Path, labelled, vocabulary: str, rendered=None) -> dict:
     """One fine-tune: `config.finetune` with what the demo sets and the variant's delta; `rendered`: None, or a
     callable giving the ceiling arm's `RenderedNegatives`."""
+    # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
     train_config = variant_config(replace(
         config.finetune, model=config.model, output=str(out / "runs" / f"{_slug(variant)}-seed{seed}"),
         batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
-        vocabulary=vocabulary, loss=config.loss), variant)
+        vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)
