@@ -255,3 +255,15 @@ def test_window_transport_without_covariance_moves_the_centre_by_the_mean_differ
         moved = coverage[b, 0] > 0
         torch.testing.assert_close(step[b, moved], expected.expand(int(moved.sum()), -1))
         assert (step[b, ~moved] == 0).all()
+
+
+def test_the_readers_fit_keeps_a_gradient_for_an_image_it_reads_the_wrong_way():
+    # Every position reads "nothing" although the caption names the concept: the noisy-OR presence is about 0.
+    # A clamped presence would give this image no gradient at all, and a fit could stay in that state.
+    from lace.local.reader import _noisy_or_loss
+
+    shown = torch.full((1, 9, 2), 1e-9, requires_grad=True)
+    loss = _noisy_or_loss(shown, torch.tensor([[1.0, 0.0]]))
+    loss.backward()
+    assert torch.isfinite(loss) and shown.grad[..., 0].abs().min() > 1.0  # pushed up, strongly
+    assert (shown.grad[..., 1] >= 0).all()  # the unmentioned concept is pushed down (or left)

@@ -10,8 +10,17 @@ and that is fitted to the caption mentions by logistic loss. No scene graph is r
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+
+def _noisy_or_loss(shown: Tensor, targets: Tensor) -> Tensor:
+    """Mean binary cross-entropy of the noisy-OR presence `1 - prod_p (1 - shown_p)` against (N, G) targets, in
+    log space: with `S = sum_p log(1 - shown_p)`, `log(present) = log(-expm1(S))` and `log(1 - present) = S`.
+    Clamping the presence instead would zero the gradient of every image it saturates the wrong way, and a fit
+    on more images could then stop in such a state for good. shown (N, P, G)."""
+    absent = torch.log1p(-shown.clamp(max=1 - 1e-6)).sum(dim=1)  # (N, G) = S <= 0
+    log_present = torch.log(-torch.expm1(absent.clamp(max=-1e-12)))
+    return -(targets * log_present + (1 - targets) * absent).mean()
 
 
 class PositionConceptReader:
@@ -45,8 +54,7 @@ class PositionConceptReader:
         with torch.enable_grad():
             for _ in range(self.steps):
                 shown = torch.softmax(standard @ weight + bias, dim=-1)[..., 1:]  # (N, P, G)
-                present = 1 - torch.exp(torch.log1p(-shown.clamp(max=1 - 1e-6)).sum(dim=1))  # (N, G)
-                loss = F.binary_cross_entropy(present.clamp(1e-6, 1 - 1e-6), targets)
+                loss = _noisy_or_loss(shown, targets)
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
