@@ -73,9 +73,13 @@ class DemoConfig:
     """The whole LACE story on the shapes world, sized for a 2-core CPU."""
 
     seed: int = 0
-    """Seed of the world, the base model and the first fine-tuning seed."""
+    """Seed of the world, the base model (unless --base-seed) and the first fine-tuning seed."""
     seeds: int = 1
     """Fine-tuning seeds per variant; tables report mean ± std when more than one."""
+    base_seed: int | None = None
+    """Seed of the base's pretraining; None: --seed. One world, several bases: run the demo with --base-seed K
+    into one folder per draw (`--reuse` one draw's folder to share its world), then `lace demo-draws` over the
+    folders."""
     full: bool = False
     """Also run the ablations (LACE on captions only, on images only, without the rebind edit) and the binding
     arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with caption negatives),
@@ -149,6 +153,11 @@ class DemoConfig:
             raise input_error("DemoConfig", "loss", f"one of {DEMO_LOSSES}", self.loss)
         if self.loss == "sigmoid":
             self.model = SIGMOID_TWINS.get(self.model, self.model)
+
+    @property
+    def pretraining_seed(self) -> int:
+        """Seed of the base's pretraining (`base_seed`, or `seed`)."""
+        return self.seed if self.base_seed is None else self.base_seed
 
     @property
     def workers(self) -> int:

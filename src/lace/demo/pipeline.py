@@ -108,8 +108,7 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     key = world_key(world)
     runner.run("world", key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
-    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed,
-                         *(() if config.loss == "clip" else (config.loss,)))  # the default demo keeps its keys
+    base_key = base_stage_key(config, key)
     base_path = out / "models" / "base.pt"
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
@@ -119,6 +118,14 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
         config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
     return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, key, base_key, dictionary_key,
                       base, dictionary)
+
+
+def base_stage_key(config: DemoConfig, world_key: str) -> str:
+    """The base's stage key: its world, model, pretraining settings and seed; the loss and a --base-seed other than
+    --seed only where set, so that the default demo keeps its keys."""
+    return stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed,
+                     *(() if config.loss == "clip" else (config.loss,)),
+                     *(() if config.pretraining_seed == config.seed else ("base seed", config.pretraining_seed)))
 
 
 def demo_model_and_dictionary(config: DemoConfig, out: str | Path, log=print) -> Foundation:
@@ -351,6 +358,11 @@ def softmax_run_figures(config: DemoConfig) -> dict:
             "evaluations": summary["evaluations"], "zeroshot": summary.get("zeroshot", {})}
 
 
+def finetune_folder(out: Path, variant: str, seed: int) -> Path:
+    """The run folder of one fine-tune of a demo run `out` (its config.json and metrics.jsonl)."""
+    return Path(out) / "runs" / f"{_slug(variant)}-seed{seed}"
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
@@ -370,7 +382,7 @@ def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path
     train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
                                batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
                                warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
-                               lr=config.base_lr, seed=config.seed, loss=config.loss)
+                               lr=config.base_lr, seed=config.pretraining_seed, loss=config.loss)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -390,7 +402,7 @@ def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, o
     callable giving the ceiling arm's `RenderedNegatives`."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
     train_config = variant_config(replace(
-        config.finetune, model=config.model, output=str(out / "runs" / f"{_slug(variant)}-seed{seed}"),
+        config.finetune, model=config.model, output=str(finetune_folder(out, variant, seed)),
         batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
         vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None

@@ -61,22 +61,20 @@ def variant_of(model: str) -> str:
     return model.rsplit(" seed ", 1)[0]
 
 
-def aggregate(evaluations: dict, split: str, columns) -> dict[str, list[tuple[float | None, float | None]]]:
-    """Per variant, per column: (mean, std over seeds); std is None for a single run."""
+def seed_values(evaluations: dict, split: str, columns) -> dict[str, list[list[float]]]:
+    """Per variant, per column: the figure of each of its seeds on `split` (those that have it), in model order."""
     by_variant: dict[str, list[dict]] = {}
     for model, results in evaluations.items():
         by_variant.setdefault(variant_of(model), []).append(results[split])
-    table = {}
-    for variant, runs in by_variant.items():
-        row = []
-        for column in columns:
-            values = [v for v in (metric(run, column) for run in runs) if v is not None]
-            if not values:
-                row.append((None, None))
-            else:
-                row.append((float(np.mean(values)), float(np.std(values)) if len(values) > 1 else None))
-        table[variant] = row
-    return table
+    return {variant: [[v for v in (metric(run, column) for run in runs) if v is not None] for column in columns]
+            for variant, runs in by_variant.items()}
+
+
+def aggregate(evaluations: dict, split: str, columns) -> dict[str, list[tuple[float | None, float | None]]]:
+    """Per variant, per column: (mean, std over seeds); std is None for a single run."""
+    return {variant: [(float(np.mean(values)), float(np.std(values)) if len(values) > 1 else None) if values
+                      else (None, None) for values in row]
+            for variant, row in seed_values(evaluations, split, columns).items()}
 
 
 def _cell(mean: float | None, std: float | None) -> str | float | None:
