@@ -95,7 +95,7 @@ def test_targets_are_met_or_missed_by_the_pooled_means_of_the_arm_chosen_on_vali
     probe = next(t for t in result["targets"] if "probe AUC" in t["text"])
     assert probe["met"] is True and probe["margin"] == pytest.approx(0.65 - 0.62)
     ceiling = next(t for t in result["targets"] if "ceiling" in t["text"])
-    assert ceiling["met"] is None and ceiling["margin"] is None  # no ceiling was run: never met
+    assert ceiling["status"] == "not run" and ceiling["met"] is None  # no ceiling was run: never met
 
 
 def test_the_command_writes_the_report_and_refuses_to_clobber(runs, tmp_path, capsys):
@@ -103,6 +103,8 @@ def test_the_command_writes_the_report_and_refuses_to_clobber(runs, tmp_path, ca
     assert main(["demo-draws", *map(str, runs), "--out", str(out), "--best", "LACE-local pairs + column"]) == 0
     report, data = out.read_text(), json.loads(out.with_suffix(".json").read_text())
     assert data["best"] == {"variant": "LACE-local pairs + column", "chosen_by": "given"}
+    editor = next(t for t in data["targets"] if t["text"].startswith("editor"))
+    assert editor["status"] == "not measured"  # the arm ran; no metrics.jsonl of it logs its valid rows
     assert "## Pre-registered targets" in report and "| not run |" in report and "| met |" in report
     assert "| LACE-local pairs + column | 0.810 ±0.010 ±0.010 |" in report  # test i2t swap-att
     assert main(["demo-draws", *map(str, runs), "--out", str(out)]) == 2

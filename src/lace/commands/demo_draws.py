@@ -31,7 +31,6 @@ def run(args: argparse.Namespace) -> int:
     markdown, data = write_draws(result, args.out, args.overwrite)
     print(summary_table(result).markdown())
     for target in result["targets"]:
-        verdict = "met" if target["met"] else "missed" if target["met"] is not None else "not run"
-        print(f"{verdict}: {target['text']} ({target['split']}) — {target['evidence']}")
+        print(f"{target['status']}: {target['text']} ({target['split']}) — {target['evidence']}")
     print(f"\nwrote {markdown} and {data}")
     return 0

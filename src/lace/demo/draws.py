@@ -75,14 +75,20 @@ class Pooled:
 
 @dataclass
 class Target:
-    """One pre-registered target: met (None: its arms were not run), margin (how far past, +, or short of, -, its
-    threshold, in the figure's units) and the figures behind it."""
+    """One pre-registered target: met (None: not checked), margin (how far past, +, or short of, -, its threshold,
+    in the figure's units), the figures behind it, and its status: met, missed, not run (its arms were not run)
+    or not measured (they ran without logging the figure)."""
 
     text: str
     split: str
     met: bool | None
     margin: float | None
     evidence: str
+    status: str = ""
+
+    def __post_init__(self):
+        if not self.status:
+            self.status = "not run" if self.met is None else "met" if self.met else "missed"
 
 
 def read_draws(runs: Sequence[str | Path]) -> list[Draw]:
@@ -270,7 +276,7 @@ def training_targets(draws: Sequence[Draw], best: str | None) -> list[Target]:
     figure = "pair_rows_valid" if VARIANTS[best].get("edited_image_rows") else "image_negatives_valid_rows"
     rows = _logged(draws, best, figure)
     editor = Target(f"editor: {figure} of {best} at the last logged step >= 90% of the first's", "train", None, None,
-                    f"no metrics.jsonl of {best} logs {figure}")
+                    f"no metrics.jsonl of {best} logs {figure}", "not measured")
     if rows:
         first, last = (float(np.mean(values)) for values in zip(*rows))
         editor = Target(editor.text, "train", bool(last >= 0.9 * first), last - 0.9 * first,
@@ -278,7 +284,8 @@ def training_targets(draws: Sequence[Draw], best: str | None) -> list[Target]:
                         f"{len(rows)} fine-tunes)")
     logged = _logged(draws, best, PREFERS_EDITED)
     prefers = Target(f"provenance: the edited captions of {best} prefer their edited image >= half the time at the end",
-                     "train", None, None, f"no metrics.jsonl of {best} logs {PREFERS_EDITED}")
+                     "train", None, None, f"no metrics.jsonl of {best} logs {PREFERS_EDITED} (no edit of a logged "
+                     "step had a caption)", "not measured")
     if logged:
         last = float(np.mean([value for _, value in logged]))
         prefers = Target(prefers.text, "train", bool(last >= 0.5), last - 0.5,
@@ -293,7 +300,7 @@ def _probe_target(draws: Sequence[Draw], best: str) -> Target:
               for model, figures in draw.summary.get("provenance", {}).items()
               if variant_of(model) == best and model != "base" and figures["local"].get("probe_auc") is not None]
     if not values:
-        return Target(text, "test", None, None, f"no provenance figures of {best} (the demo's provenance stage)")
+        return Target(text, "test", None, None, f"no probe AUC of {best} (the demo's provenance stage)", "not measured")
     auc = float(np.mean(values))
     return Target(text, "test", bool(auc <= PROBE_AUC_LIMIT), PROBE_AUC_LIMIT - auc,
                   f"AUC {auc:.3f} ({len(values)} fine-tunes)")
@@ -336,9 +343,8 @@ def draws_report(result: dict) -> Report:
     report.paragraph(f"Best LACE arm: {best['variant'] or 'none'} ({best['chosen_by']}). Means over draws x seeds; "
                      "a target whose arms were not run reads 'not run'.")
     report.table(Table(["target", "split", "result", "margin", "figures"], [
-        [t["text"], t["split"], "met" if t["met"] else "missed" if t["met"] is not None else "not run", t["margin"],
-         t["evidence"]] for t in result["targets"]], caption="margin: how far past (+) or short of (-) the "
-                                                             "threshold, in the figure's units"))
+        [t["text"], t["split"], t["status"], t["margin"], t["evidence"]] for t in result["targets"]],
+        caption="margin: how far past (+) or short of (-) the threshold, in the figure's units"))
     names = {"test": "in-distribution test", "test_comp": "compositional test (held-out colour-shape pairs)",
              "val": "validation"}
     for split in DRAW_SPLITS:

@@ -33,6 +33,12 @@ from lace.demo.dictionary_stage import (
     fit_dictionary,
 )
 from lace.demo.evaluation import evaluate_on_world
+from lace.demo.provenance_stage import (
+    ProvenanceInstrument,
+    fit_instrument,
+    held_out_split,
+    provenance_figures,
+)
 from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import CounterfactualEditor, EditConfig, build_editor
@@ -169,12 +175,16 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
     stages, finetune_keys, wise_ft = _stages_after_the_base(  # stages 5-7
         config, out, foundation, labelled, measured, train_pairs(foundation.world_dir, "coco"), pixel_encoder, decoded)
-    results = run_stages(runner, stages, config.workers, config.progress)
+    provenance = _provenance_stages(config, out, runner, foundation, finetune_keys, train_pairs, pixel_encoder,
+                                    decoded) if measures_provenance(config) else []
+    results = run_stages(runner, stages + provenance, config.workers, config.progress)
     for name in finetune_keys:
         measured.evaluations[name] = results[f"eval {name}"]
         measured.zeroshot[name] = results[f"zeroshot {name}"]
     summary = _summary(config, runner, foundation, measured, results["edit_grids"],
                        results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
+    if provenance:
+        summary["provenance"] = {stage.name.removeprefix("provenance "): results[stage.name] for stage in provenance}
     if softmax is not None:
         summary["softmax_run"] = softmax
     _write_results(summary, out)  # stage 8
@@ -245,7 +255,7 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
             key = finetune_keys[name] = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
-            model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
+            model_path = model_file(out, variant, seed)
             cost[f"finetune {name}"] = negative_sources(variant)
             finetunes.append(Stage(f"finetune {name}", key, partial(
                 _finetune, quiet, variant, seed, coco, out, foundation.base_path, model_path, labelled, vocabulary,
@@ -312,11 +322,49 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, finetune_keys: dict[s
     names = {variant: name for variant, name in names.items() if name in finetune_keys}
     if not names:
         return {"skipped": f"none of {WISE_FT_VARIANTS} was fine-tuned"}
-    paths = {variant: out / "models" / f"{_slug(variant)}-seed{config.seed}.pt" for variant in names}
+    paths = {variant: model_file(out, variant, config.seed) for variant in names}
     key = stage_key(base_key, [finetune_keys[name] for name in names.values()], WISE_FT_ALPHAS, "wise-ft")
     return Stage("wise_ft", key, partial(wise_ft_stage, config.model, out / "models" / "base.pt", paths,
                                          zeroshot_config, out / "figures" / "wise_ft.png"),
                  after=tuple(f"finetune {name}" for name in names.values()))
+
+
+def measures_provenance(config: DemoConfig) -> bool:
+    """Whether the demo runs the provenance stage: when some variant edits the images themselves (inside the image
+    tower, or by the renderer), so that the default demo takes the time it took."""
+    return any(trained.local_image_negatives or trained.rendered_negatives
+               for trained in (variant_config(config.finetune, variant) for variant in config.variants))
+
+
+def _provenance_stages(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
+                       finetune_keys: dict[str, str], train_pairs: Callable[[Path, str], TensorPairs],
+                       pixel_encoder: DualEncoder, decoded: dict) -> list[Stage]:
+    """The provenance stage of the base and of each fine-tune (after it), all measured with one instrument fitted
+    on the base (`lace.demo.provenance_stage`); the instrument is made here, before the workers fork, when some
+    stage is not cached yet."""
+    world_dir = foundation.world_dir
+    instrument = ProvenanceInstrument(
+        partial(fit_instrument, config.finetune.local, foundation.encoder, train_pairs(world_dir, "coco"),
+                foundation.vocabulary, config.seed),
+        partial(held_out_split, world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
+    instrument_key = stage_key(foundation.base_key, config_to_dict(config.finetune.local), config.seed, "provenance")
+    progress = config.progress and config.workers <= 1
+    stages = [Stage("provenance base", stage_key(foundation.base_key, instrument_key), partial(
+        _provenance_saved, config.model, foundation.base_path, instrument, progress))]
+    for variant in config.variants:
+        for seed in range(config.seed, config.seed + config.seeds):
+            name = f"{variant} seed {seed}"
+            stages.append(Stage(f"provenance {name}", stage_key(finetune_keys[name], instrument_key), partial(
+                _provenance_saved, config.model, model_file(out, variant, seed), instrument, progress),
+                after=(f"finetune {name}",)))
+    if not all(runner.done(stage.name, stage.key) for stage in stages):
+        instrument.prepare()
+    return stages
+
+
+def _provenance_saved(model: str, path: Path, instrument: ProvenanceInstrument, progress: bool) -> dict:
+    """`provenance_figures` of the checkpoint at `path`."""
+    return provenance_figures(load_encoder(model, str(path)), instrument, progress)
 
 
 def _evaluate_saved(model: str, path: Path, name: str, world_dir: Path, vocabulary: str, editor, seed: int,
@@ -356,6 +404,11 @@ def softmax_run_figures(config: DemoConfig) -> dict:
             "model": summary.get("config", {}).get("model"), "seed": summary.get("config", {}).get("seed"),
             "same_world": summary.get("world") == config_to_dict(world_config(config)),
             "evaluations": summary["evaluations"], "zeroshot": summary.get("zeroshot", {})}
+
+
+def model_file(out: Path, variant: str, seed: int) -> Path:
+    """The exported model of one fine-tune of a demo run `out`."""
+    return Path(out) / "models" / f"{_slug(variant)}-seed{seed}.pt"
 
 
 def finetune_folder(out: Path, variant: str, seed: int) -> Path:
