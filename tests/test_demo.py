@@ -59,6 +59,9 @@ def test_report_has_every_table_and_plot(demo):
     assert set(summary["cpu_seconds"]) == set(summary["wall_seconds"])
     assert all(seconds > 0 for seconds in summary["cpu_seconds"].values())
     assert len(summary["machine"]["load_average_at_start"]) == 3 and "load average" in report
+    # no variant edits images: the default demo runs no provenance stage
+    assert "provenance" not in summary and "## Provenance" not in report
+    assert not any(name.startswith("provenance") for name in summary["wall_seconds"])
 
 
 def test_every_number_in_the_report_tables_comes_from_results(demo):
@@ -166,7 +169,16 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
         assert metrics["loss"] > 0
     ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune ceiling (rendered swaps) seed 0.json").read_text())
     assert ceiling["result"]["last_metrics"]["image_negatives_valid_rows"] > 0.5
-    assert "Targets of the edits inside the towers" in (tmp_path / "arms" / "report.md").read_text()
+    report = (tmp_path / "arms" / "report.md").read_text()
+    assert "Targets of the edits inside the towers" in report
+    # both arms edit images: every model's provenance, measured with one instrument fitted on the base
+    assert set(summary["provenance"]) == set(summary["evaluations"])
+    for figures in summary["provenance"].values():
+        assert set(figures) == {"images", "local", "rendered"} and figures["rendered"]["n"] > 0
+        for source in ("local", "rendered"):
+            assert all(value is None or 0.0 <= value <= 1.0 for name, value in figures[source].items()
+                       if name not in ("n", "probe_rows", "edit_cosine"))
+    assert "## Provenance (held-out images)" in report
 
 
 def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):

@@ -15,6 +15,7 @@ from lace.train.lost_rank import LostProcess
 
 COMMANDS = (
     "demo",
+    "demo_draws",
     "world",
     "embed",
     "dict",

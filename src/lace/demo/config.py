@@ -17,7 +17,8 @@ from lace.train.config import TrainConfig
 CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
 FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind", "concept-arithmetic negatives",
                  "paired-caption directions", "LACE-local", "LACE-local + caption negatives",
-                 "ceiling (rendered swaps)")
+                 "ceiling (rendered swaps)", "LACE-local pairs", "LACE-local pairs + column",
+                 "LACE-local pairs + caption negatives", "ceiling pairs")
 
 # CLIP ViT-B/32 on SugarCrepe (Hsieh et al., 2023, table 2): the failure the base should match.
 CLIP_SUGARCREPE = {
@@ -59,10 +60,12 @@ FINETUNE_SET_BY_THE_DEMO = (
     "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "batch_size",
     "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints",
     "counterfactual_captions", "counterfactual_images", "caption_negatives", "paired_caption_directions",
-    "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source", "loss")
+    "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source",
+    "edited_image_rows", "edited_image_columns", "loss")
 """Fine-tune fields the demo sets itself: the model, its data and run folders, the batch size, the warm-up (a
-tenth of the steps, at most 50), the seeds, the switches each variant of `lace.experiment.variants` sets, and the
-loss (`DemoConfig.loss`, the base's too)."""
+tenth of the steps, at most 50), the seeds, the switches each variant of `lace.experiment.variants` sets (the pairs
+layout's rows and columns too; their weight, `--finetune-edited-rows-weight`, stays a knob), and the loss
+(`DemoConfig.loss`, the base's too)."""
 
 
 @dataclass
@@ -70,13 +73,19 @@ class DemoConfig:
     """The whole LACE story on the shapes world, sized for a 2-core CPU."""
 
     seed: int = 0
-    """Seed of the world, the base model and the first fine-tuning seed."""
+    """Seed of the world, the base model (unless --base-seed) and the first fine-tuning seed."""
     seeds: int = 1
     """Fine-tuning seeds per variant; tables report mean ± std when more than one."""
+    base_seed: int | None = None
+    """Seed of the base's pretraining; None: --seed. One world, several bases: run the demo with --base-seed K
+    into one folder per draw (`--reuse` one draw's folder to share its world), then `lace demo-draws` over the
+    folders."""
     full: bool = False
     """Also run the ablations (LACE on captions only, on images only, without the rebind edit) and the binding
-    arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with caption negatives)
-    and the ceiling of rendered colour swaps."""
+    arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with caption negatives),
+    the ceiling of rendered colour swaps, and the pairs layout (each edited image a row of its own, positive with
+    the caption its edit describes): LACE-local pairs (alone, with the edits as columns too, with caption
+    negatives) and the ceiling pairs."""
     threads: int = 0
     """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
     or for a dictionary fit that repeats bit for bit)."""
@@ -144,6 +153,11 @@ class DemoConfig:
             raise input_error("DemoConfig", "loss", f"one of {DEMO_LOSSES}", self.loss)
         if self.loss == "sigmoid":
             self.model = SIGMOID_TWINS.get(self.model, self.model)
+
+    @property
+    def pretraining_seed(self) -> int:
+        """Seed of the base's pretraining (`base_seed`, or `seed`)."""
+        return self.seed if self.base_seed is None else self.base_seed
 
     @property
     def workers(self) -> int:

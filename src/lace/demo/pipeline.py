@@ -33,6 +33,12 @@ from lace.demo.dictionary_stage import (
     fit_dictionary,
 )
 from lace.demo.evaluation import evaluate_on_world
+from lace.demo.provenance_stage import (
+    ProvenanceInstrument,
+    fit_instrument,
+    held_out_split,
+    provenance_figures,
+)
 from lace.demo.report import write_demo_report
 from lace.demo.world_data import rendered_train_negatives, world_pairs
 from lace.edits import CounterfactualEditor, EditConfig, build_editor
@@ -108,8 +114,7 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
     key = world_key(world)
     runner.run("world", key, lambda: _generate(world, world_dir, config.progress))
     vocabulary = str(world_dir / "vocabulary.yaml")
-    base_key = stage_key(key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed,
-                         *(() if config.loss == "clip" else (config.loss,)))  # the default demo keeps its keys
+    base_key = base_stage_key(config, key)
     base_path = out / "models" / "base.pt"
     base = runner.run("base", base_key, lambda: _pretrain(config, train_pairs(world_dir, "web"), out, base_path))
     encoder = load_encoder(config.model, str(base_path))
@@ -119,6 +124,14 @@ def run_foundation(config: DemoConfig, out: Path, runner: StageRunner,
         config, encoder, train_pairs(world_dir, "coco"), world_dir, vocabulary, dictionary_dir, out / "figures"))
     return Foundation(config, world_dir, vocabulary, base_path, dictionary_dir, encoder, key, base_key, dictionary_key,
                       base, dictionary)
+
+
+def base_stage_key(config: DemoConfig, world_key: str) -> str:
+    """The base's stage key: its world, model, pretraining settings and seed; the loss and a --base-seed other than
+    --seed only where set, so that the default demo keeps its keys."""
+    return stage_key(world_key, config.model, config.base_steps, config.base_lr, config.batch_size, config.seed,
+                     *(() if config.loss == "clip" else (config.loss,)),
+                     *(() if config.pretraining_seed == config.seed else ("base seed", config.pretraining_seed)))
 
 
 def demo_model_and_dictionary(config: DemoConfig, out: str | Path, log=print) -> Foundation:
@@ -162,12 +175,16 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
     stages, finetune_keys, wise_ft = _stages_after_the_base(  # stages 5-7
         config, out, foundation, labelled, measured, train_pairs(foundation.world_dir, "coco"), pixel_encoder, decoded)
-    results = run_stages(runner, stages, config.workers, config.progress)
+    provenance = _provenance_stages(config, out, runner, foundation, finetune_keys, train_pairs, pixel_encoder,
+                                    decoded) if measures_provenance(config) else []
+    results = run_stages(runner, stages + provenance, config.workers, config.progress)
     for name in finetune_keys:
         measured.evaluations[name] = results[f"eval {name}"]
         measured.zeroshot[name] = results[f"zeroshot {name}"]
     summary = _summary(config, runner, foundation, measured, results["edit_grids"],
                        results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
+    if provenance:
+        summary["provenance"] = {stage.name.removeprefix("provenance "): results[stage.name] for stage in provenance}
     if softmax is not None:
         summary["softmax_run"] = softmax
     _write_results(summary, out)  # stage 8
@@ -238,7 +255,7 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
         for seed in range(config.seed, config.seed + config.seeds):
             name = f"{variant} seed {seed}"
             key = finetune_keys[name] = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
-            model_path = out / "models" / f"{_slug(variant)}-seed{seed}.pt"
+            model_path = model_file(out, variant, seed)
             cost[f"finetune {name}"] = negative_sources(variant)
             finetunes.append(Stage(f"finetune {name}", key, partial(
                 _finetune, quiet, variant, seed, coco, out, foundation.base_path, model_path, labelled, vocabulary,
@@ -305,11 +322,49 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, finetune_keys: dict[s
     names = {variant: name for variant, name in names.items() if name in finetune_keys}
     if not names:
         return {"skipped": f"none of {WISE_FT_VARIANTS} was fine-tuned"}
-    paths = {variant: out / "models" / f"{_slug(variant)}-seed{config.seed}.pt" for variant in names}
+    paths = {variant: model_file(out, variant, config.seed) for variant in names}
     key = stage_key(base_key, [finetune_keys[name] for name in names.values()], WISE_FT_ALPHAS, "wise-ft")
     return Stage("wise_ft", key, partial(wise_ft_stage, config.model, out / "models" / "base.pt", paths,
                                          zeroshot_config, out / "figures" / "wise_ft.png"),
                  after=tuple(f"finetune {name}" for name in names.values()))
+
+
+def measures_provenance(config: DemoConfig) -> bool:
+    """Whether the demo runs the provenance stage: when some variant edits the images themselves (inside the image
+    tower, or by the renderer), so that the default demo takes the time it took."""
+    return any(trained.local_image_negatives or trained.rendered_negatives
+               for trained in (variant_config(config.finetune, variant) for variant in config.variants))
+
+
+def _provenance_stages(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
+                       finetune_keys: dict[str, str], train_pairs: Callable[[Path, str], TensorPairs],
+                       pixel_encoder: DualEncoder, decoded: dict) -> list[Stage]:
+    """The provenance stage of the base and of each fine-tune (after it), all measured with one instrument fitted
+    on the base (`lace.demo.provenance_stage`); the instrument is made here, before the workers fork, when some
+    stage is not cached yet."""
+    world_dir = foundation.world_dir
+    instrument = ProvenanceInstrument(
+        partial(fit_instrument, config.finetune.local, foundation.encoder, train_pairs(world_dir, "coco"),
+                foundation.vocabulary, config.seed),
+        partial(held_out_split, world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
+    instrument_key = stage_key(foundation.base_key, config_to_dict(config.finetune.local), config.seed, "provenance")
+    progress = config.progress and config.workers <= 1
+    stages = [Stage("provenance base", stage_key(foundation.base_key, instrument_key), partial(
+        _provenance_saved, config.model, foundation.base_path, instrument, progress))]
+    for variant in config.variants:
+        for seed in range(config.seed, config.seed + config.seeds):
+            name = f"{variant} seed {seed}"
+            stages.append(Stage(f"provenance {name}", stage_key(finetune_keys[name], instrument_key), partial(
+                _provenance_saved, config.model, model_file(out, variant, seed), instrument, progress),
+                after=(f"finetune {name}",)))
+    if not all(runner.done(stage.name, stage.key) for stage in stages):
+        instrument.prepare()
+    return stages
+
+
+def _provenance_saved(model: str, path: Path, instrument: ProvenanceInstrument, progress: bool) -> dict:
+    """`provenance_figures` of the checkpoint at `path`."""
+    return provenance_figures(load_encoder(model, str(path)), instrument, progress)
 
 
 def _evaluate_saved(model: str, path: Path, name: str, world_dir: Path, vocabulary: str, editor, seed: int,
@@ -351,6 +406,16 @@ def softmax_run_figures(config: DemoConfig) -> dict:
             "evaluations": summary["evaluations"], "zeroshot": summary.get("zeroshot", {})}
 
 
+def model_file(out: Path, variant: str, seed: int) -> Path:
+    """The exported model of one fine-tune of a demo run `out`."""
+    return Path(out) / "models" / f"{_slug(variant)}-seed{seed}.pt"
+
+
+def finetune_folder(out: Path, variant: str, seed: int) -> Path:
+    """The run folder of one fine-tune of a demo run `out` (its config.json and metrics.jsonl)."""
+    return Path(out) / "runs" / f"{_slug(variant)}-seed{seed}"
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
@@ -370,7 +435,7 @@ def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path
     train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
                                batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
                                warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
-                               lr=config.base_lr, seed=config.seed, loss=config.loss)
+                               lr=config.base_lr, seed=config.pretraining_seed, loss=config.loss)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -390,7 +455,7 @@ def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, o
     callable giving the ceiling arm's `RenderedNegatives`."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
     train_config = variant_config(replace(
-        config.finetune, model=config.model, output=str(out / "runs" / f"{_slug(variant)}-seed{seed}"),
+        config.finetune, model=config.model, output=str(finetune_folder(out, variant, seed)),
         batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
         vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), variant)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None

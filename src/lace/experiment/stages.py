@@ -51,6 +51,10 @@ class StageRunner:
         self.log(f"[{name}] reused ({record['wall_seconds']:.1f}s when run)")
         return record["result"]
 
+    def done(self, name: str, key: str) -> bool:
+        """Whether `name` is recorded for `key` (read only: nothing is noted or logged)."""
+        return self._record(name, key) is not None
+
     def collect(self, name: str, key: str) -> dict | None:
         """The result another process recorded for `name` with `key` just now (its times noted as a run of this
         one), else None."""

@@ -26,6 +26,14 @@ def _save(figure, path: str | Path) -> Path:
     return path
 
 
+def series_colours(count: int) -> list | None:
+    """Colours of `count` series: None (matplotlib's own cycle of ten) up to ten, else twenty distinct ones, so
+    that no two series of a full demo share a colour."""
+    if count <= 10:
+        return None
+    return [plt.get_cmap("tab20")(i % 20) for i in range(count)]
+
+
 def grouped_bars(
     values: Mapping[str, Mapping[str, float]], path: str | Path, title: str, ylabel: str = "",
     errors: Mapping[str, Mapping[str, float]] | None = None, chance: float | None = None,
@@ -36,10 +44,12 @@ def grouped_bars(
     width = 0.8 / max(len(series), 1)
     figure, axis = plt.subplots(figsize=(max(6, 1.3 * len(metrics) * max(1, len(series) / 3)), 3.8))
     x = np.arange(len(metrics))
+    colours = series_colours(len(series))
     for i, name in enumerate(series):
         heights = [values[m].get(name, np.nan) for m in metrics]
         yerr = [errors[m].get(name, 0.0) for m in metrics] if errors else None
-        axis.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, yerr=yerr, label=name, capsize=2)
+        axis.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, yerr=yerr, label=name, capsize=2,
+                 color=colours[i] if colours else None)
     if chance is not None:
         axis.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
     axis.set_xticks(x, metrics, rotation=20, ha="right")
@@ -55,8 +65,10 @@ def nk_histograms(counts: Mapping[str, np.ndarray], path: str | Path, title: str
     figure, axis = plt.subplots(figsize=(6.5, 3.6))
     largest = max(int(np.max(c)) for c in counts.values()) if counts else 1
     bins = np.arange(0, largest + 2) - 0.5 if largest < 60 else 40
-    for name, values in counts.items():
-        axis.hist(values, bins=bins, histtype="step", linewidth=1.5, label=name)
+    colours = series_colours(len(counts))
+    for i, (name, values) in enumerate(counts.items()):
+        axis.hist(values, bins=bins, histtype="step", linewidth=1.5, label=name,
+                  color=colours[i] if colours else None)
     axis.axvline(2 * k, color="grey", linestyle=":", linewidth=1, label=f"hub threshold 2k={2 * k}")
     axis.set_yscale("log")
     axis.set_xlabel(f"N_{k}")

@@ -1,0 +1,381 @@
+"""`lace demo-draws`: several demo runs on one world, one base draw each, pooled into one report.
+
+A demo's figures depend on the draw of its base (the pretraining's initial weights and data order), not only
+on the fine-tune seed. Each run folder holds one draw (`lace demo --base-seed K`) and every fine-tune seed
+from it. Per variant and figure, the report gives the mean over draws x seeds, the spread across draws (the
+std of the per-draw means) and the spread across fine-tune seeds (the mean of the within-draw stds), then the
+pre-registered targets checked on those means, each met or missed and by how much. Stds are population stds
+(numpy's default), as in the demo's own tables.
+
+The best LACE arm is chosen on the validation split (`choose_best`), never on test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lace.demo.pipeline import finetune_folder
+from lace.demo.report import (
+    BINDING_COLUMNS,
+    GEOMETRY_COLUMNS,
+    SUMMARY_COLUMNS,
+    seed_values,
+    variant_of,
+)
+from lace.errors import LaceInputError, input_error
+from lace.experiment.variants import VARIANTS
+from lace.io import atomic_write_json, atomic_write_text, read_json
+from lace.report.document import Report, Table
+
+DRAW_SPLITS = ("test", "test_comp", "val")
+FIGURES = BINDING_COLUMNS + GEOMETRY_COLUMNS
+COLUMNS = {column[0]: column for column in FIGURES}
+COLUMN_NAMES = list(COLUMNS)
+SAME_IN_EVERY_DRAW = ("seed", "world_images", "image_size", "model", "loss", "batch_size", "base_steps", "base_lr",
+                      "dictionary", "finetune")
+"""Demo settings every draw shares (besides the world): what a draw varies is the base's pretraining seed; the
+variants run and the number of fine-tune seeds may differ."""
+SELECTION_COLUMNS = ("i2t swap-att", "t2i swap-att")
+"""The validation figures whose mean picks the best LACE arm."""
+SWAP_FAMILIES = ("i2t swap-att", "t2i swap-att", "i2t swap-obj", "t2i swap-obj")
+PLAIN, RULES, CEILINGS = "plain", "caption negatives", ("ceiling (rendered swaps)", "ceiling pairs")
+PROBE_AUC_LIMIT = 0.65
+PREFERS_EDITED = "provenance_edited_caption_prefers_edited_image"
+
+
+@dataclass
+class Draw:
+    """One demo run: its results.json (`summary`), its folder and its base's pretraining seed."""
+
+    path: Path
+    summary: dict
+    base_seed: int
+
+    @property
+    def run(self) -> Path:
+        return self.path.parent
+
+
+@dataclass
+class Pooled:
+    """One figure of one variant over draws: mean over draws x seeds, the std of the per-draw means (None with one
+    draw), the mean within-draw std over seeds (None where no draw has two seeds), and how many draws and runs."""
+
+    mean: float | None
+    across_draws: float | None
+    across_seeds: float | None
+    draws: int
+    runs: int
+
+
+@dataclass
+class Target:
+    """One pre-registered target: met (None: not checked), margin (how far past, +, or short of, -, its threshold,
+    in the figure's units), the figures behind it, and its status: met, missed, not run (its arms were not run)
+    or not measured (they ran without logging the figure)."""
+
+    text: str
+    split: str
+    met: bool | None
+    margin: float | None
+    evidence: str
+    status: str = ""
+
+    def __post_init__(self):
+        if not self.status:
+            self.status = "not run" if self.met is None else "met" if self.met else "missed"
+
+
+def read_draws(runs: Sequence[str | Path]) -> list[Draw]:
+    """Each run's results.json (a run folder or the file itself), refused unless every run is on one world with
+    one set of demo settings and a base draw of its own."""
+    if not runs:
+        raise input_error("demo draws", "runs", "at least one demo run folder")
+    draws: list[Draw] = []
+    for run in runs:
+        path = Path(run) / "results.json" if Path(run).is_dir() else Path(run)
+        summary = read_json(path, dict)
+        for name in ("config", "world", "evaluations"):
+            if not isinstance(summary.get(name), dict):
+                raise input_error(path, name, "the results.json of a finished demo run", type(summary.get(name)).__name__)
+        config = summary["config"]
+        draw = Draw(path, summary, config["seed"] if config.get("base_seed") is None else config["base_seed"])
+        if draws:
+            _check_same_world(draws[0], draw)
+        same = [other for other in draws if other.base_seed == draw.base_seed]
+        if same:
+            raise input_error(path, "config.base_seed", f"a base draw of its own (pretraining seed {draw.base_seed} "
+                              f"is also {same[0].path}'s)", draw.base_seed)
+        draws.append(draw)
+    return draws
+
+
+def _check_same_world(first: Draw, draw: Draw) -> None:
+    """Refuse `draw` unless its world (all but the processes that rendered it) and shared settings are `first`'s."""
+    world = {key: value for key, value in first.summary["world"].items() if key != "workers"}
+    other = {key: value for key, value in draw.summary["world"].items() if key != "workers"}
+    pairs = [("world", world, other)] + [(f"config.{name}", first.summary["config"].get(name),
+                                          draw.summary["config"].get(name)) for name in SAME_IN_EVERY_DRAW]
+    for where, expected, got in pairs:
+        field = _first_difference(expected, got, where)
+        if field is not None:
+            raise LaceInputError(f"{draw.path}: field '{field}': expected {_at(expected, field, where)!r} as in "
+                                 f"{first.path} (every draw on one world, with one set of demo settings), got "
+                                 f"{_at(got, field, where)!r}")
+
+
+def _first_difference(a, b, prefix: str) -> str | None:
+    """The dotted name of the first leaf where `a` and `b` differ (prefix itself for unequal leaves), else None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *[k for k in b if k not in a]]:
+            found = _first_difference(a.get(key), b.get(key), f"{prefix}.{key}")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else prefix
+
+
+def _at(value, field: str, prefix: str):
+    for key in field[len(prefix):].split(".")[1:]:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def pooled_figures(draws: Sequence[Draw], split: str, columns=FIGURES) -> dict[str, list[Pooled]]:
+    """Per variant (base included, in the order the draws first name them), per column: the `Pooled` figure."""
+    per_draw = [seed_values(draw.summary["evaluations"], split, columns) for draw in draws]
+    variants = list(dict.fromkeys(variant for values in per_draw for variant in values))
+    table = {}
+    for variant in variants:
+        row = []
+        for c in range(len(columns)):
+            runs = [values[variant][c] for values in per_draw if variant in values and values[variant][c]]
+            pooled = [value for run in runs for value in run]
+            spreads = [float(np.std(run)) for run in runs if len(run) > 1]
+            row.append(Pooled(float(np.mean(pooled)) if pooled else None,
+                              float(np.std([np.mean(run) for run in runs])) if len(runs) > 1 else None,
+                              float(np.mean(spreads)) if spreads else None, len(runs), len(pooled)))
+        table[variant] = row
+    return table
+
+
+Means = Callable[[str, str], "float | None"]
+"""get(variant, column name) -> the mean over draws x seeds on one split, or None when the variant was not run."""
+
+
+def means(draws: Sequence[Draw], split: str) -> Means:
+    table = pooled_figures(draws, split)
+
+    def get(variant: str, column: str) -> float | None:
+        return table[variant][COLUMN_NAMES.index(column)].mean if variant in table else None
+
+    return get
+
+
+def choose_best(draws: Sequence[Draw], best: str | None = None) -> tuple[str | None, str]:
+    """The LACE arm the targets are checked for, and how it was chosen: `best` when given (a variant the draws
+    ran), else the pairs arm without caption negatives (`LACE... pairs...`) with the best validation mean of
+    image->text and text->image swap-attribute; None when no such arm was run."""
+    run = list(dict.fromkeys(variant_of(model) for draw in draws for model in draw.summary["evaluations"]))
+    if best is not None:
+        if best not in run:
+            raise input_error("demo draws", "best", f"a variant the runs fine-tuned, one of {run}", best)
+        return best, "given"
+    get = means(draws, "val")
+    scores = {}
+    for variant in run:
+        if variant.startswith("LACE") and "pairs" in variant and "caption negatives" not in variant:
+            values = [get(variant, column) for column in SELECTION_COLUMNS]
+            if None not in values:
+                scores[variant] = float(np.mean(values))
+    if not scores:
+        return None, "no LACE pairs arm was run (name the arm with --best)"
+    chosen = max(scores, key=scores.get)
+    return chosen, "validation mean of i2t and t2i swap-attribute: " + ", ".join(
+        f"{variant} {score:.3f}" for variant, score in sorted(scores.items(), key=lambda item: -item[1]))
+
+
+def _difference(text: str, split: str, get: Means, left: str | None, right: str, column: str,
+                threshold: float) -> Target:
+    """`text` checked as left - right >= threshold on `column`'s means; margin: how far past the threshold."""
+    a, b = (get(left, column) if left is not None else None), get(right, column)
+    if a is None or b is None:
+        return Target(text, split, None, None, f"{left or 'the best LACE arm'} or {right} not run")
+    difference = a - b
+    return Target(text, split, bool(difference >= threshold), difference - threshold,
+                  f"{left} {a:.3f} vs {right} {b:.3f} ({difference:+.3f})")
+
+
+def binding_targets_over_draws(draws: Sequence[Draw], best: str | None) -> list[Target]:
+    """The pre-registered targets on the benchmark figures (means over draws x seeds)."""
+    test, comp = means(draws, "test"), means(draws, "test_comp")
+    arm = best or "the best LACE arm"
+    targets = [_difference(f"{arm} beats plain by >= 10 points on {column}", "test", test, best, PLAIN, column,
+                           0.10) for column in SWAP_FAMILIES]
+    targets.append(_difference(f"{arm} >= caption negatives on t2i swap-att", "test", test, best, RULES,
+                               "t2i swap-att", 0.0))
+    targets += [_difference(f"{arm} keeps {column} within 2 points of plain", "test", test, best, PLAIN, column,
+                            -0.02) for column in ("R@1 i2t", "R@1 t2i")]
+    targets += [_difference(f"{arm} beats caption negatives by >= 10 points on {column} (held-out colour-shape "
+                            "pairs)", "test_comp", comp, best, RULES, column, 0.10)
+                for column in SELECTION_COLUMNS]
+    both = f"{best} + caption negatives" if best is not None else None
+    for split, get in (("test", test), ("test_comp", comp)):
+        targets += [_difference(f"no interference: {both or 'the best arm + caption negatives'} beats caption "
+                                f"negatives by >= 3 points on {column}", split, get, both, RULES, column, 0.03)
+                    for column in SWAP_FAMILIES]
+    targets.append(_ceiling_target(test, best))
+    return targets
+
+
+def _ceiling_target(get: Means, best: str | None) -> Target:
+    """(best - plain) >= 3/4 of (the better ceiling - plain) on text->image swap-attribute; met only where the
+    ceiling beats plain."""
+    text = "the best LACE arm closes >= 3/4 of the gap between plain and the ceiling on t2i swap-att"
+    ceilings = {name: get(name, "t2i swap-att") for name in CEILINGS if get(name, "t2i swap-att") is not None}
+    values = [get(best, "t2i swap-att") if best is not None else None, get(PLAIN, "t2i swap-att")]
+    if None in values or not ceilings:
+        return Target(text, "test", None, None, f"{best or 'the best LACE arm'}, plain or a ceiling not run")
+    ceiling = max(ceilings, key=ceilings.get)
+    gap, closed = ceilings[ceiling] - values[1], values[0] - values[1]
+    evidence = (f"plain {values[1]:.3f}, {best} {values[0]:.3f}, {ceiling} {ceilings[ceiling]:.3f}: "
+                + (f"{closed / gap:.2f} of a {gap:+.3f} gap" if gap > 0 else f"the ceiling does not beat plain "
+                   f"({gap:+.3f})"))
+    return Target(text, "test", bool(gap > 0 and closed >= 0.75 * gap), closed - 0.75 * gap if gap > 0 else None,
+                  evidence)
+
+
+def _logged(draws: Sequence[Draw], variant: str, figure: str) -> list[tuple[float, float]]:
+    """(first, last) logged value of `figure` in each fine-tune of `variant` whose metrics.jsonl logs it."""
+    found = []
+    for draw in draws:
+        for model in draw.summary["evaluations"]:
+            if variant_of(model) != variant:
+                continue
+            path = finetune_folder(draw.run, variant, int(model.rsplit(" seed ", 1)[1])) / "metrics.jsonl"
+            if not path.is_file():
+                continue
+            values = [row[figure] for row in map(json.loads, path.read_text().splitlines()) if figure in row]
+            if values:
+                found.append((float(values[0]), float(values[-1])))
+    return found
+
+
+def training_targets(draws: Sequence[Draw], best: str | None) -> list[Target]:
+    """The editor's valid rows kept over training, and the provenance figures of the best arm."""
+    if best is None:
+        return [Target(text, split, None, None, "the best LACE arm not run") for text, split in (
+            ("editor: valid rows at the last logged step >= 90% of the first's", "train"),
+            ("provenance: edited captions prefer their edited image >= half the time at the end", "train"),
+            (f"provenance: real-vs-edited probe AUC <= {PROBE_AUC_LIMIT}", "test"))]
+    figure = "pair_rows_valid" if VARIANTS[best].get("edited_image_rows") else "image_negatives_valid_rows"
+    rows = _logged(draws, best, figure)
+    editor = Target(f"editor: {figure} of {best} at the last logged step >= 90% of the first's", "train", None, None,
+                    f"no metrics.jsonl of {best} logs {figure}", "not measured")
+    if rows:
+        first, last = (float(np.mean(values)) for values in zip(*rows))
+        editor = Target(editor.text, "train", bool(last >= 0.9 * first), last - 0.9 * first,
+                        f"first {first:.3f}, last {last:.3f} ({last / first if first else float('nan'):.2f} of it; "
+                        f"{len(rows)} fine-tunes)")
+    logged = _logged(draws, best, PREFERS_EDITED)
+    prefers = Target(f"provenance: the edited captions of {best} prefer their edited image >= half the time at the end",
+                     "train", None, None, f"no metrics.jsonl of {best} logs {PREFERS_EDITED} (no edit of a logged "
+                     "step had a caption)", "not measured")
+    if logged:
+        last = float(np.mean([value for _, value in logged]))
+        prefers = Target(prefers.text, "train", bool(last >= 0.5), last - 0.5,
+                         f"last logged {last:.3f} ({len(logged)} fine-tunes)")
+    return [editor, prefers, _probe_target(draws, best)]
+
+
+def _probe_target(draws: Sequence[Draw], best: str) -> Target:
+    """The held-out probe's AUC of real against locally edited test images (the demo's provenance stage)."""
+    text = f"provenance: real-vs-edited probe AUC of {best} <= {PROBE_AUC_LIMIT} (local edits of test images)"
+    values = [figures["local"]["probe_auc"] for draw in draws
+              for model, figures in draw.summary.get("provenance", {}).items()
+              if variant_of(model) == best and model != "base" and figures["local"].get("probe_auc") is not None]
+    if not values:
+        return Target(text, "test", None, None, f"no probe AUC of {best} (the demo's provenance stage)", "not measured")
+    auc = float(np.mean(values))
+    return Target(text, "test", bool(auc <= PROBE_AUC_LIMIT), PROBE_AUC_LIMIT - auc,
+                  f"AUC {auc:.3f} ({len(values)} fine-tunes)")
+
+
+def combine_draws(draws: Sequence[Draw], best: str | None = None) -> dict:
+    """Everything the draws report holds: the runs, the best arm and how it was chosen, every pooled figure of
+    every split, and the targets."""
+    chosen, how = choose_best(draws, best)
+    return {
+        "runs": [str(draw.path) for draw in draws],
+        "base_seeds": [draw.base_seed for draw in draws],
+        "world": draws[0].summary["world"],
+        "best": {"variant": chosen, "chosen_by": how},
+        "figures": {split: {variant: {COLUMN_NAMES[c]: asdict(cell) for c, cell in enumerate(row)}
+                            for variant, row in pooled_figures(draws, split).items()} for split in DRAW_SPLITS},
+        "targets": [asdict(target) for target in binding_targets_over_draws(draws, chosen)
+                    + training_targets(draws, chosen)],
+    }
+
+
+def _cell(figure: dict) -> str | None:
+    if figure["mean"] is None:
+        return None
+    spreads = " ".join(f"±{figure[name]:.3f}" if figure[name] is not None else "±—"
+                       for name in ("across_draws", "across_seeds"))
+    return f"{figure['mean']:.3f} {spreads}"
+
+
+def draws_report(result: dict) -> Report:
+    """The markdown/HTML report of `combine_draws`'s result: targets first, then every split's tables."""
+    report = Report("LACE over base draws")
+    report.paragraph(
+        f"{len(result['runs'])} demo runs on one world, one base draw each (pretraining seeds "
+        f"{', '.join(map(str, result['base_seeds']))}), each with its fine-tune seeds: " + ", ".join(result["runs"])
+        + ". Cells: mean over base draws x seeds, ± the spread across base draws (std of the per-draw means), ± the "
+        "spread across fine-tune seeds (mean of the within-draw stds); — where a spread has one value.")
+    best = result["best"]
+    report.heading("Pre-registered targets")
+    report.paragraph(f"Best LACE arm: {best['variant'] or 'none'} ({best['chosen_by']}). Means over draws x seeds; "
+                     "a target whose arms were not run reads 'not run'.")
+    report.table(Table(["target", "split", "result", "margin", "figures"], [
+        [t["text"], t["split"], t["status"], t["margin"], t["evidence"]] for t in result["targets"]],
+        caption="margin: how far past (+) or short of (-) the threshold, in the figure's units"))
+    names = {"test": "in-distribution test", "test_comp": "compositional test (held-out colour-shape pairs)",
+             "val": "validation"}
+    for split in DRAW_SPLITS:
+        for title, columns in (("Binding", BINDING_COLUMNS), ("Retrieval and geometry", GEOMETRY_COLUMNS)):
+            report.heading(f"{title}, {names[split]}")
+            rows = [[variant] + [_cell(figures[column[0]]) for column in columns]
+                    for variant, figures in result["figures"][split].items()]
+            report.table(Table(["model"] + [column[0] for column in columns], rows,
+                               caption="mean ±across base draws ±across fine-tune seeds"))
+    return report
+
+
+def summary_table(result: dict) -> Table:
+    """The headline figures of the test split, for the terminal."""
+    rows = [[variant] + [_cell(figures[column[0]]) for column in SUMMARY_COLUMNS]
+            for variant, figures in result["figures"]["test"].items()]
+    return Table(["model"] + [column[0] for column in SUMMARY_COLUMNS], rows, caption="test split")
+
+
+def write_draws(result: dict, out: str | Path, overwrite: bool = False) -> tuple[Path, Path]:
+    """`out` (.md) and the .json beside it, atomically; refused where either exists, unless `overwrite`."""
+    markdown = Path(out)
+    if markdown.suffix != ".md":
+        raise input_error("demo draws", "out", "a markdown file name ending in .md (the figures go beside it as .json)",
+                          str(out))
+    data = markdown.with_suffix(".json")
+    for path in (markdown, data):
+        if path.exists() and not overwrite:
+            raise LaceInputError(f"{path}: exists; pass --overwrite to replace it")
+        if path.is_dir():
+            raise LaceInputError(f"{path}: expected a file path, found a folder")
+    atomic_write_json(data, result)
+    atomic_write_text(markdown, draws_report(result).markdown(markdown.parent))
+    return markdown, data

@@ -1,0 +1,40 @@
+"""`lace demo --full` runs the pairs layout's arms, each keyed by what it reads."""
+
+from dataclasses import replace
+
+import pytest
+
+from lace.demo import DemoConfig
+from lace.demo.config import CORE_VARIANTS, DEMO_FINETUNE
+from lace.demo.pipeline import _own_keys
+from lace.errors import LaceInputError
+from lace.experiment.variants import uses_rendered, variant_config
+
+PAIRS_ARMS = ("LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + caption negatives", "ceiling pairs")
+
+
+def test_the_full_demo_runs_the_pairs_arms_and_the_default_demo_does_not():
+    full = DemoConfig(full=True).variants
+    assert set(PAIRS_ARMS) <= set(full) and len(set(full)) == len(full)
+    assert DemoConfig().variants == CORE_VARIANTS
+    for arm in PAIRS_ARMS:
+        trained = variant_config(DEMO_FINETUNE, arm)
+        assert trained.edited_image_rows and trained.edited_image_columns == (arm == "LACE-local pairs + column")
+        replace(trained, vocabulary="vocabulary.yaml").validate()  # the demo gives every fine-tune its vocabulary
+
+
+def test_the_demo_sets_the_pairs_switches_and_leaves_their_weight_a_knob():
+    with pytest.raises(LaceInputError, match="edited_image_rows"):
+        DemoConfig(finetune=replace(DEMO_FINETUNE, edited_image_rows=True))
+    with pytest.raises(LaceInputError, match="edited_image_columns"):
+        DemoConfig(finetune=replace(DEMO_FINETUNE, edited_image_columns=False))
+    assert DemoConfig(finetune=replace(DEMO_FINETUNE, edited_rows_weight=0.5)).finetune.edited_rows_weight == 0.5
+
+
+def test_the_local_pairs_arms_are_keyed_by_the_local_editor_and_the_ceiling_pairs_read_the_renderings():
+    config = DemoConfig(full=True)
+    other = replace(config, finetune=replace(config.finetune, local=replace(config.finetune.local, n_edits=3)))
+    for arm in PAIRS_ARMS[:3]:
+        assert _own_keys(config, arm, "lace") != _own_keys(other, arm, "lace")
+    assert _own_keys(config, "ceiling pairs", "lace") == _own_keys(other, "ceiling pairs", "lace") == [None]
+    assert uses_rendered("ceiling pairs") and not any(uses_rendered(arm) for arm in PAIRS_ARMS[:3])
