@@ -119,7 +119,7 @@ def test_an_arm_without_its_source_is_refused_naming_it(top, tmp_path):
 
 def test_local_image_negatives_carry_gradient_into_the_image_top(top, map_editor):
     maps = object_maps(4)
-    negatives, valid = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps, 2, [0, 1, 2, 3])
+    negatives, valid, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps, 2, [0, 1, 2, 3])
     assert negatives.shape == (4, 2, 8) and valid.shape == (4, 2) and valid[:, 0].all()
     torch.testing.assert_close(negatives[valid].norm(dim=-1), torch.ones(int(valid.sum())))
     top.zero_grad(set_to_none=True)
@@ -127,7 +127,7 @@ def test_local_image_negatives_carry_gradient_into_the_image_top(top, map_editor
     assert all(grad is not None and grad.abs().sum() > 0 for grad in image_top_grads(top))
     assert top.text_top.layers[-1].output.dense.weight.grad is None
     top.zero_grad(set_to_none=True)
-    again, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps[1:], 2, [1, 2, 3])
+    again, _, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps[1:], 2, [1, 2, 3])
     torch.testing.assert_close(again, negatives[1:].detach())  # a row's edits are its own seed's
 
 
