@@ -12,12 +12,16 @@ import numpy as np
 import pytest
 import torch
 
+from lace.config import config_to_dict
 from lace.encoders.towers import fresh_token_states
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
+from lace.experiment.stages import stage_key
 from lace.experiment.variants import variant_config
+from lace.study.config import TOP_ARMS, TopsStudyConfig
+from lace.study.flickr8k_top_arms import arm_train_config
 from lace.train import train
 from lace.train.data import TopPairs
 from lace.train.pairs import pair_rows
@@ -26,6 +30,7 @@ from tests.test_top_arms import (
     CUT_CHANNELS,
     CUT_GRID,
     TINY_FINETUNE,
+    make_coloured_flickr8k,
     token_states,
     top_trainer,
 )
@@ -199,3 +204,28 @@ def test_a_pairs_arm_without_what_it_describes_with_is_refused_naming_the_field(
 def test_caption_texts_of_another_length_are_refused_naming_the_field():
     with pytest.raises(LaceInputError, match="caption_texts"):
         coloured_pairs(None, caption_texts=["a red dog"])
+
+
+def test_the_tops_study_offers_the_pairs_arms_and_sets_their_switches(tmp_path, monkeypatch):
+    import lace.study.flickr8k_top_arms as arms_module
+    from lace.cli import main
+
+    assert set(PAIRS_ARMS) <= set(TOP_ARMS)
+    ran = []
+    monkeypatch.setattr(arms_module, "run_tops_study", lambda config: ran.append(config) or {"split": config.split})
+    data = make_coloured_flickr8k(tmp_path / "flickr8k", 4)
+    assert main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(tmp_path / "study"),
+                 "--arms", ",".join(PAIRS_ARMS), "--no-progress"]) == 0
+    (config,) = ran
+    assert config.arms == PAIRS_ARMS and config.validate() is config
+    for arm in PAIRS_ARMS:
+        made = arm_train_config(config, arm, seed=0, n_images=10, output=tmp_path)
+        assert made.edited_image_rows and made.local_image_negatives
+        assert made.edited_image_columns == (arm == "LACE-local pairs + column")
+    with pytest.raises(SystemExit):  # an arm's own switch, never a study-wide flag
+        main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(tmp_path / "x"),
+              "--finetune-edited-image-rows"])
+    study = TopsStudyConfig(data="d", out="o")
+    keys = {arm: stage_key(config_to_dict(arm_train_config(study, arm, 0, 10, tmp_path)))  # as run_tops_study keys them
+            for arm in ("LACE-local", *PAIRS_ARMS)}
+    assert len(set(keys.values())) == len(keys)  # each arm's training stage has a key of its own
