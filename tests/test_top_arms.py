@@ -119,7 +119,7 @@ def test_an_arm_without_its_source_is_refused_naming_it(top, tmp_path):
 
 def test_local_image_negatives_carry_gradient_into_the_image_top(top, map_editor):
     maps = object_maps(4)
-    negatives, valid = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps, 2, [0, 1, 2, 3])
+    negatives, valid, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps, 2, [0, 1, 2, 3])
     assert negatives.shape == (4, 2, 8) and valid.shape == (4, 2) and valid[:, 0].all()
     torch.testing.assert_close(negatives[valid].norm(dim=-1), torch.ones(int(valid.sum())))
     top.zero_grad(set_to_none=True)
@@ -127,7 +127,7 @@ def test_local_image_negatives_carry_gradient_into_the_image_top(top, map_editor
     assert all(grad is not None and grad.abs().sum() > 0 for grad in image_top_grads(top))
     assert top.text_top.layers[-1].output.dense.weight.grad is None
     top.zero_grad(set_to_none=True)
-    again, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps[1:], 2, [1, 2, 3])
+    again, _, _ = map_negatives(top.encode_image_states, top.embed_dim, map_editor, maps[1:], 2, [1, 2, 3])
     torch.testing.assert_close(again, negatives[1:].detach())  # a row's edits are its own seed's
 
 
@@ -239,18 +239,17 @@ def tiny_study(data, out, **changes) -> TopsStudyConfig:
 
 
 def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_path):
-    from lace.study.flickr8k_top_arms import run_tops_study
+    from lace.study.flickr8k_top_arms import arm_slug, run_tops_study
 
     data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out"
-    arms = ("plain", "caption negatives", "LACE-local")
+    arms = ("plain", "caption negatives", "LACE-local", "LACE-local pairs + caption negatives")
     lines: list[str] = []
     result = run_tops_study(tiny_study(data, out, arms=arms), log=lines.append)
     assert set(result["summary"]) == {"base", *arms}
     written = json.loads((out / "arms-val.json").read_text())
     assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.lr
     assert "| LACE-local |" in (out / "arms-val.md").read_text() and "local_editor" in result
-    stages = {arm: json.loads((out / "stages" / f"train-{arm.replace(' ', '-')}-seed0.json").read_text())
-              for arm in arms}
+    stages = {arm: json.loads((out / "stages" / f"train-{arm_slug(arm)}-seed0.json").read_text()) for arm in arms}
     checkpoints = {arm: out / stage["result"]["checkpoint"] for arm, stage in stages.items()}
     base = load_encoder("lace-towers", pretrained=str(out / "models" / "base.safetensors"))
     for arm, path in checkpoints.items():
@@ -260,6 +259,9 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
         assert stages[arm]["result"]["steps"] == stages["plain"]["result"]["steps"]
     assert "image_negative_rows" in stages["LACE-local"]["result"]
     assert "caption_negative_rows" in stages["caption negatives"]["result"]
+    # the study's TopPairs carry the caption texts and the text tower below the cut, which the pairs arm needs
+    assert {"pair_rows", "rule_collision_rows"} <= set(stages["LACE-local pairs + caption negatives"]["result"])
+    assert "pair_rows" not in stages["LACE-local"]["result"]
     trained_at = {arm: path.stat().st_mtime_ns for arm, path in checkpoints.items()}
     assert sum("[train-" in line and "running" in line for line in lines) == len(arms)
 
@@ -272,7 +274,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     lines.clear()  # another split measures the same models without training them again
     test = run_tops_study(tiny_study(data, out, arms=arms, split="test"), log=lines.append)
     assert [line for line in lines if "running" in line] == ["[test-base] running"] + [
-        f"[test-{arm.replace(' ', '-')}-seed0] running" for arm in arms]
+        f"[test-{arm_slug(arm)}-seed0] running" for arm in arms]
     assert test["split"] == "test" and (out / "arms-test.md").is_file()
 
 

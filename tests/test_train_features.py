@@ -54,3 +54,10 @@ def test_cached_rule_made_captions_are_negatives_where_valid(tmp_path):
 def test_caption_negatives_without_their_features_are_refused(tmp_path):
     with pytest.raises(LaceInputError, match="caption_negatives"):
         heads_run(tmp_path, "refused", feature_pairs(with_negatives=False), caption_negatives=True)
+
+
+def test_the_pairs_layout_is_refused_on_pooled_features_naming_the_field(tmp_path):
+    # pooled features have no token states to write an edit's caption into
+    with pytest.raises(LaceInputError, match="edited_image_rows.*need pixels or tokens"):
+        heads_run(tmp_path, "pairs", feature_pairs(with_negatives=False), counterfactual_images=True,
+                  edited_image_rows=True)

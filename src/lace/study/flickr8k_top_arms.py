@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from lace.encoders.towers import (
     TowersTop,
     cached_text_top_features,
     encode_captions,
+    fresh_token_states,
     load_towers_checkpoint,
     save_top_checkpoint,
 )
@@ -61,6 +63,7 @@ from lace.study.flickr8k_top import (
 from lace.study.heads import train_summary
 from lace.study.measure import score_items, sugarcrepe_style_items
 from lace.train import TrainConfig
+from lace.train.data import TopPairs
 
 MARKER = "study.json"
 BINDING_KINDS = ("swap_att", "swap_obj")
@@ -98,19 +101,22 @@ class ArmSources:
         vocabulary = load_vocabulary(config.vocabulary)
         self.rules = RuleNegatives(vocabulary, config.finetune.rule_negative_kinds)  # the training negatives' kinds
         self.items_rules = RuleNegatives(vocabulary)  # every kind, for the measured items
-        self._pairs = self._editor = self._map_editor = None
+        self._negatives = self._editor = self._map_editor = None
 
-    def pairs(self, top: TowersTop) -> dict:
-        """The fine-tune images as `TopPairs`, with the cached token states of one rule-made negative per caption."""
-        if self._pairs is None:
+    def pairs(self, top: TowersTop) -> TopPairs:
+        """The fine-tune images as `TopPairs` of `top`: the cached token states of one rule-made negative per caption,
+        every caption's text, and `top`'s text tower below the cut for the captions its image edits describe."""
+        if self._negatives is None:
             rows = self.finetune_split.caption_rows
             texts, valid = rule_negative_captions(self.rules, [self.captions[r] for r in rows])
             made = [text for text, ok in zip(texts, valid) if ok]
             negative_of_caption = np.full(len(self.captions), -1, dtype=np.int64)
             negative_of_caption[rows[valid]] = np.arange(len(made))
             states = cached_text_top_features(top.encoder, made, self.cache, progress=self.config.progress)
-            self._pairs = self.finetune_split.pairs(states, negative_of_caption)
-        return self._pairs
+            self._negatives = (states, negative_of_caption, made)
+        states, negative_of_caption, made = self._negatives
+        return self.finetune_split.pairs(states, negative_of_caption, caption_texts=self.captions, negative_texts=made,
+                                         state_encoder=partial(fresh_token_states, top.encoder))
 
     def editor(self):
         """The pooled LACE editor over the base's dictionary, with the study's editor knobs."""

@@ -68,6 +68,9 @@ def train_summary(config: TrainConfig, progress: bool, **inputs) -> dict:
              or config.local_image_negatives or config.rendered_negatives}
     for side in (side for side, made in sides.items() if made):  # the share of rows with a valid negative
         summary[f"{side}_negative_rows"] = float(np.mean([s[f"{side}_negatives_valid_rows"] for s in steps]))
+    for key, name in (("pair_rows_valid", "pair_rows"), ("rule_collision_rows", "rule_collision_rows")):
+        if key in steps[-1]:  # the pairs layout: the share of rows with an edited row, and of rows whose described
+            summary[name] = float(np.mean([s[key] for s in steps]))  # caption is also their rule-made negative
     return summary
 
 

@@ -237,19 +237,39 @@ class TopPairs(_CachedPairs):
     set's captions in `token_states`; caption_image_index: (N_txt,) the image of each caption.
     negative_states and negative_of_caption (len(token_states),) int64: one rule-made negative per caption,
     the negative of token-state row r being `negative_states` row `negative_of_caption[r]` (-1: none).
+
+    What writing the captions of image edits needs (the pairs layout, `edited_image_rows`, and the provenance
+    figures), optional: caption_texts, the text of each `token_states` row; negative_texts, of each `negative_states`
+    row; state_encoder, n new captions -> (n, L, h) float32 token states entering the text top and their (n, L) 0/1
+    mask, through the locked layers below the cut (`functools.partial(lace.encoders.towers.fresh_token_states,
+    encoder)`).
     """
 
     def __init__(self, image_maps: np.ndarray, token_states, caption_rows: np.ndarray, caption_image_index: np.ndarray,
-                 negative_states=None, negative_of_caption: np.ndarray | None = None):
+                 negative_states=None, negative_of_caption: np.ndarray | None = None,
+                 caption_texts: Sequence[str] | None = None, negative_texts: Sequence[str] | None = None,
+                 state_encoder: Callable[[list[str]], tuple[Tensor, Tensor]] | None = None):
         caption_rows, caption_image_index = np.asarray(caption_rows), np.asarray(caption_image_index)
         if image_maps.ndim != 4 or caption_rows.shape != caption_image_index.shape:
             raise LaceInputError(
                 f"cached tower-top inputs: expected maps (N, C, H, W) and one image index per caption row, got maps "
                 f"{tuple(image_maps.shape)}, {caption_rows.shape[0]} caption rows and {caption_image_index.shape[0]} "
                 "image indices")
+        for name, texts, states in (("caption_texts", caption_texts, token_states),
+                                    ("negative_texts", negative_texts, negative_states)):
+            if texts is not None and (states is None or len(texts) != len(states)):
+                raise LaceInputError(f"cached tower-top inputs: field '{name}': expected one text per token-state row "
+                                     f"({len(states) if states is not None else 'no token states'}), got {len(texts)}")
         super().__init__(caption_image_index, image_maps.shape[0], "cached tower-top inputs")
         self.image_maps, self.token_states, self.caption_rows = image_maps, token_states, caption_rows
         self.negative_states, self.negative_of_caption = negative_states, negative_of_caption
+        self.caption_texts, self.negative_texts, self.state_encoder = caption_texts, negative_texts, state_encoder
+
+    def missing_for_descriptions(self, rule_made: bool) -> list[str]:
+        """The fields writing the captions of image edits needs and this set lacks: `caption_texts` and
+        `state_encoder`, and `negative_texts` when the arm makes rule-made captions (`rule_made`)."""
+        names = ["caption_texts", "state_encoder", *(["negative_texts"] if rule_made else [])]
+        return [name for name in names if getattr(self, name) is None]
 
     def __getitem__(self, sample: Sample) -> tuple[int, int]:
         return sample.index, int(self.caption_rows[self.rows_of_image[sample.index][sample.caption]])

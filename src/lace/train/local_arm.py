@@ -44,16 +44,17 @@ class LocalImagePass:
 
 
 def map_negatives(encode_maps, embed_dim: int, editor: MapEditor, maps: Tensor, n_edits: int,
-                  seeds: list[int]) -> tuple[Tensor, Tensor]:
+                  seeds: list[int]) -> tuple[Tensor, Tensor, Changes]:
     """LACE-local on cached maps: (B, C, H, W) maps entering the trainable image top -> (B, M, d) unit embeddings
     of their local edits through `encode_maps` (with gradient; zeros where the edit is not valid, which the
-    loss masks) and (B, M) valid. seeds: one per row, as `LocalImagePass` takes them."""
+    loss masks), (B, M) valid, and what each slot changed (`lace.train.pairs.Changes`). seeds: one per row, as
+    `LocalImagePass` takes them."""
     edits = editor.edit(maps, n_edits, generator=RowGenerators(seeds))
     valid = edits.valid.to(maps.device)
     embeddings = maps.new_zeros(*valid.shape, embed_dim)
     if valid.any():
         embeddings = embeddings.index_put((valid,), encode_maps(edits.maps[edits.valid]))
-    return embeddings, valid
+    return embeddings, valid, slot_changes(edits.kinds, edits.changes, editor.concept_names)
 
 
 def group_token_ids(tokenize, vocabulary: Vocabulary, group: str) -> Tensor:

@@ -10,7 +10,8 @@ Three embed paths, one loss and one assembly of negatives (`train.negatives.arm_
 - `FeaturePairs` (cached pooled tower features) with a `lace-towers` encoder passed in: the heads map the
   cached image and caption features (and those of the rule-made captions) into the joint space;
 - `TopPairs` (cached inputs of the tower tops) with a `TowersTop` passed in: the trainable tops and heads
-  run on the cached maps and token states; LACE-local edits the maps themselves (a `MapEditor`).
+  run on the cached maps and token states; LACE-local edits the maps themselves (a `MapEditor`), and the captions
+  image edits describe (the pairs layout) get their token states through the text tower below the cut.
 """
 
 from __future__ import annotations
@@ -188,7 +189,9 @@ class Trainer:
         if config.uses_rule_captions and not self.features:
             self.rules = RuleNegatives(load_vocabulary(config.vocabulary), config.rule_negative_kinds)
         self.describer = None  # writes the caption each image edit describes (pairs rows, provenance figures)
-        if config.uses_image_edits and config.vocabulary is not None and not self.features:
+        describable = not self.features or self.tops and not self.pairs.missing_for_descriptions(
+            config.uses_rule_captions)
+        if config.uses_image_edits and config.vocabulary is not None and describable:
             self.describer = RuleNegatives(load_vocabulary(config.vocabulary))
         self.local_editor = local_editor if config.local_image_negatives else None  # an arm takes only its own
         if config.local_image_negatives and local_editor is None:
@@ -263,12 +266,16 @@ class Trainer:
             raise LaceInputError(f"{where}: fields {upkeep}: expected 0 (the maps below the cut are frozen, so a "
                                  "refit would give the same MapEditor; the fidelity needs the pixels)")
         below_cut = ["local_caption_swaps", "rendered_negatives"]
-        if not self.tops:
-            below_cut = ["paired_caption_directions", "local_image_negatives", *below_cut]
-        below_cut.append("edited_image_rows")  # the described captions need the text tower below the cache
+        if not self.tops:  # pooled features: no maps to edit, no token states to write an edit's caption into
+            below_cut = ["paired_caption_directions", "local_image_negatives", "edited_image_rows", *below_cut]
         unsupported = [name for name in below_cut if getattr(config, name)]
         if unsupported:
             raise LaceInputError(f"{where}: fields {unsupported}: expected off (they need pixels or tokens)")
+        missing = self.pairs.missing_for_descriptions(config.uses_rule_captions) if self.tops else []
+        if config.edited_image_rows and missing:
+            raise LaceInputError(f"{where}: field 'edited_image_rows': expected the TopPairs' {' and '.join(missing)} "
+                                 "(each edit's caption is written from the caption texts, and its token states made "
+                                 "through the text tower below the cut)")
 
     def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs | FeaturePairs | TopPairs, int]:
         config = self.config
@@ -470,6 +477,10 @@ class Trainer:
         U = top.encode_image_states(maps)
         V = encode_captions(top, pairs.token_states, batch.caption_rows)
         made = BatchSources()
+        describe = None
+        if self.describer is not None and (config.edited_image_rows or self._measures_provenance(number)):
+            captions = [pairs.caption_texts[row] for row in batch.caption_rows]
+            describe = partial(describe_slots, self.describer, captions)
         if config.uses_rule_captions:
             rows = pairs.negative_of_caption[batch.caption_rows]
             valid = torch.from_numpy(rows >= 0).to(self.device)
@@ -477,10 +488,15 @@ class Trainer:
             if valid.any():
                 rule_texts = rule_texts.index_put((valid,), encode_captions(top, pairs.negative_states, rows[rows >= 0]))
             made.rule_captions = (rule_texts[:, None], valid[:, None])
+            if describe is not None:  # the paired directions' captions and the rule collisions read them
+                made.rule_strings = [[pairs.negative_texts[row] if row >= 0 else caption]  # as rule_made_captions
+                                     for row, caption in zip(rows, captions)]
         if self.local_editor is not None:
-            made.local_images = map_negatives(top.encode_image_states, top.embed_dim, self.local_editor, maps,
-                                              config.local.n_edits, self._row_seeds(epoch, batch.indices, LOCAL_STREAM))
-        return U, V, top.logit_scale.exp(), self._negatives(U, V, epoch, batch.indices, made)
+            embeddings, valid, made.local_changes = map_negatives(
+                top.encode_image_states, top.embed_dim, self.local_editor, maps, config.local.n_edits,
+                self._row_seeds(epoch, batch.indices, LOCAL_STREAM))
+            made.local_images = (embeddings, valid)
+        return U, V, top.logit_scale.exp(), self._negatives(U, V, epoch, batch.indices, made, describe)
 
     def _negatives(self, U: torch.Tensor, V: torch.Tensor, epoch: int, indices: list[int],
                    made: BatchSources, describe=None) -> Negatives:
@@ -504,7 +520,15 @@ class Trainer:
 
     def _encode_described(self, texts: list[str]) -> torch.Tensor:
         """(n,) described captions -> (n, d) unit embeddings with gradient (the text tower outside the joint pass,
-        as the rendered images are encoded)."""
+        as the rendered images are encoded; on cached tower-top inputs, their token states made below the cut
+        (`TopPairs.state_encoder`), then the trainable text top, as the cached captions take it)."""
+        if self.tops:
+            states, mask = self.pairs.state_encoder(texts)
+            # Read for the provenance figures alone (no gradient), they leave the run's random stream (the top's
+            # dropout) as it was: a columns-only arm trains as it would without the caption texts.
+            devices = [self.device] if self.device.type == "cuda" else []
+            with nullcontext() if torch.is_grad_enabled() else torch.random.fork_rng(devices=devices):
+                return self.encoder.encode_text_states(states, mask)
         with self._autocast():
             return self.encoder.encode_texts(texts).float()
 

@@ -23,6 +23,7 @@ from lace.encoders.towers.top_features import (
     cached_image_top_features,
     cached_text_top_features,
     encode_captions,
+    fresh_token_states,
 )
 
 
@@ -36,4 +37,4 @@ def load_towers(pretrained: str | None = None, device: str | torch.device = "cpu
 
 __all__ = ["TokenStates", "TowersConfig", "TowersDualEncoder", "TowersTop", "cached_image_top_features",
            "cached_image_tower_features", "cached_text_top_features", "cached_text_tower_features", "encode_captions",
-           "load_towers", "load_towers_checkpoint", "read_checkpoint", "save_heads_checkpoint", "save_top_checkpoint"]
+           "fresh_token_states", "load_towers", "load_towers_checkpoint", "read_checkpoint", "save_heads_checkpoint", "save_top_checkpoint"]

@@ -147,6 +147,26 @@ def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDat
     return description
 
 
+def caption_states_below_top(encoder: TowersDualEncoder, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """N captions -> (N, L, 384) float32 token states entering the text top and their (N, L) 0/1 mask, padded to the
+    longest caption: the tower's own tokenisation through its locked layers below the cut (`text_below_top`), on the
+    encoder's device. The one path to token states, for the cache and for captions outside it."""
+    tokens = encoder.tokenize(list(captions)).to(encoder.device)
+    mask = (tokens != encoder.text_tower.pad_token_id).long()
+    return text_below_top(encoder.text_tower.model, tokens, mask), mask
+
+
+def fresh_token_states(encoder: TowersDualEncoder, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token states of captions outside the cache, as the cache would hold them: (N, L, 384) float32 states rounded
+    through the storage dtype, zero at padding (as `TokenStates.batch` pads), and the (N, L) 0/1 mask. No gradient:
+    the layers below the cut are locked. Bound to an encoder (`functools.partial(fresh_token_states, encoder)`), it is
+    the `state_encoder` of `lace.train.TopPairs`, which the pairs layout writes its described captions with."""
+    with torch.no_grad():
+        states, mask = caption_states_below_top(encoder, captions)
+    stored = states.to(torch.float16).float()  # STORAGE_DTYPE, as `compute_text_top_features` stores them
+    return stored * mask[..., None], mask
+
+
 def compute_text_top_features(encoder: TowersDualEncoder, captions: list[str], path: Path,
                               batch_size: int = 256, progress: bool = False) -> dict:
     """Write the ragged (T, 384) float16 token states of `captions` and their offsets; return the description."""
@@ -161,11 +181,9 @@ def compute_text_top_features(encoder: TowersDualEncoder, captions: list[str], p
         for start in tqdm(range(0, len(captions), batch_size), desc="text tower below the top", unit="batch",
                           disable=not progress):
             rows = by_length[start:start + batch_size]
-            tokens = encoder.tokenize([captions[i] for i in rows])
-            mask = (tokens != encoder.text_tower.pad_token_id).long()
-            if not np.array_equal(mask.sum(1).numpy(), lengths[rows]):
+            states, mask = caption_states_below_top(encoder, [captions[i] for i in rows])
+            if not np.array_equal(mask.sum(1).cpu().numpy(), lengths[rows]):
                 raise LaceInputError(f"{path}: batched tokenisation disagrees with per-caption lengths")
-            states = text_below_top(bert, tokens, mask)
             stored = states.to(torch.float16)
             for i, row in enumerate(rows):
                 output[offsets[row]:offsets[row + 1]] = stored[i, :lengths[row]].cpu().numpy()
@@ -248,5 +266,5 @@ def cache_description(path: Path) -> dict:
     return read_json(path.with_suffix(".json"))
 
 
-__all__ = ["TokenStates", "cached_image_top_features", "cached_text_top_features", "encode_captions",
-           "image_cache_path", "text_cache_path"]
+__all__ = ["TokenStates", "cached_image_top_features", "cached_text_top_features", "caption_states_below_top",
+           "encode_captions", "fresh_token_states", "image_cache_path", "text_cache_path"]
