@@ -522,15 +522,15 @@ class Trainer:
         """(n,) described captions -> (n, d) unit embeddings with gradient (the text tower outside the joint pass,
         as the rendered images are encoded; on cached tower-top inputs, their token states made below the cut
         (`TopPairs.state_encoder`), then the trainable text top, as the cached captions take it)."""
-        if self.tops:
-            states, mask = self.pairs.state_encoder(texts)
-            # Read for the provenance figures alone (no gradient), they leave the run's random stream (the top's
-            # dropout) as it was: a columns-only arm trains as it would without the caption texts.
-            devices = [self.device] if self.device.type == "cuda" else []
-            with nullcontext() if torch.is_grad_enabled() else torch.random.fork_rng(devices=devices):
+        # Read for the provenance figures alone (no gradient), they leave the run's random stream (the text tower's
+        # dropout) as it was: a columns-only arm trains as it would without them.
+        devices = [self.device] if self.device.type == "cuda" else []
+        with nullcontext() if torch.is_grad_enabled() else torch.random.fork_rng(devices=devices):
+            if self.tops:
+                states, mask = self.pairs.state_encoder(texts)
                 return self.encoder.encode_text_states(states, mask)
-        with self._autocast():
-            return self.encoder.encode_texts(texts).float()
+            with self._autocast():
+                return self.encoder.encode_texts(texts).float()
 
     def _row_seeds(self, epoch: int, indices: list[int], stream: int) -> list[int]:
         return row_seeds(self.config.seed, [(epoch, index) for index in indices], stream)
