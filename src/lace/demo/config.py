@@ -18,7 +18,8 @@ CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives
 FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind", "concept-arithmetic negatives",
                  "paired-caption directions", "LACE-local", "LACE-local + caption negatives",
                  "ceiling (rendered swaps)", "LACE-local pairs", "LACE-local pairs + column",
-                 "LACE-local pairs + caption negatives", "ceiling pairs")
+                 "LACE-local pairs + caption negatives", "LACE-local pairs + real-image negative",
+                 "LACE-local pairs + real-image negative + caption negatives", "ceiling pairs")
 
 # CLIP ViT-B/32 on SugarCrepe (Hsieh et al., 2023, table 2): the failure the base should match.
 CLIP_SUGARCREPE = {
@@ -85,7 +86,8 @@ class DemoConfig:
     arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with caption negatives),
     the ceiling of rendered colour swaps, and the pairs layout (each edited image a row of its own, positive with
     the caption its edit describes): LACE-local pairs (alone, with the edits as columns too, with caption
-    negatives) and the ceiling pairs."""
+    negatives, and with the real image as a hard negative of the edit's caption, alone and with caption negatives)
+    and the ceiling pairs."""
     threads: int = 0
     """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
     or for a dictionary fit that repeats bit for bit)."""

@@ -40,6 +40,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                              "edited_image_columns": False, "caption_negatives": True},
     "LACE-local pairs + column + caption negatives": {"local_image_negatives": True, "edited_image_rows": True,
                                                       "caption_negatives": True},
+    # the pairs layout as validation chose it (docs/results.md): the described caption also rejects the real image
+    "LACE-local pairs + real-image negative": {"local_image_negatives": True, "edited_image_rows": True,
+                                               "edited_rows_real_image_negative": True},
+    "LACE-local pairs + real-image negative + caption negatives": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "caption_negatives": True},
     "LACE pairs": {"counterfactual_captions": True, "counterfactual_images": True, "edited_image_rows": True},
     # shapes world only: the renderer's real colour-swapped image of each training scene
     "ceiling (rendered swaps)": {"rendered_negatives": True},
