@@ -62,7 +62,9 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
     one = one_process(config, monkeypatch, output=str(tmp_path / "one"))
     difference = largest_difference(two, one)
     print(f"largest difference between 2 processes and 1: {difference:.2e}")
-    assert difference <= TOLERANCE
+    # the sigmoid loss sums B x G terms per process (reordered by the split): 1.8e-5 seen on a 2-core machine; a
+    # doubled gradient moves the weights by about 100
+    assert difference <= 5 * TOLERANCE
     assert json.loads((tmp_path / "two" / "config.json").read_text())["loss"] == "sigmoid"
     metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert all(m["caption_negatives_valid_rows"] > 0 and m["image_negatives_valid_rows"] > 0 for m in metrics)
