@@ -343,3 +343,15 @@ def test_target_checks_compare_the_gain_with_twice_the_seed_spread_and_retrieval
     assert [check["met"] for check in missed] == [False, False, False, False]
     assert "+3.0 points, spread 2.0" in missed[0]["measured"]
     assert target_checks({"plain": {}}) == []
+
+
+def test_the_arms_table_checks_the_targets_of_every_lace_arm_it_ran():
+    from lace.study.flickr8k_top_arms import arms_table
+
+    summary = _summary((0.60, 0.01), (0.63, 0.01), r_at_1=0.485)
+    summary["LACE-local pairs"] = summary["LACE-local"] | {"sugarcrepe_style/swap_att": {"mean": 0.6, "std": 0.0,
+                                                                                          "n": 3}}
+    table = arms_table({"split": "val", "summary": summary})
+    assert "targets for LACE-local against plain" in table and "targets for LACE-local pairs against plain" in table
+    assert "- met: LACE-local − plain on i2t swap_att" in table
+    assert "- missed: LACE-local pairs − plain on i2t swap_att" in table

@@ -35,7 +35,10 @@ from tests.test_top_arms import (
     top_trainer,
 )
 
-PAIRS_ARMS = ("LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + caption negatives")
+PAIRS_ARMS = ("LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + caption negatives",
+              "LACE-local pairs + real-image negative")
+COLUMN_ARMS = ("LACE-local pairs + column", "LACE-local pairs + real-image negative")
+"""The pairs arms whose edits are also negative columns of the real caption."""
 N_IMAGES = 8
 
 
@@ -159,7 +162,7 @@ def test_a_pairs_arm_trains_the_tops_on_its_rows_and_logs_them(top, map_editor, 
     for step in metrics:
         assert 0 < step["pair_rows_valid"] <= 1 and step["loss"] > step["plain_loss"]
         assert 0 <= step["provenance_edited_caption_prefers_edited_image"] <= 1
-        assert (step["image_negatives_valid_rows"] > 0) == (arm == "LACE-local pairs + column")
+        assert (step["image_negatives_valid_rows"] > 0) == (arm in COLUMN_ARMS)
         assert ("rule_collision_rows" in step) == (arm == "LACE-local pairs + caption negatives")
     plain, _ = train_arm(top, "plain", tmp_path, map_editor)
     layer = "encoder.text_tower.model.encoder.layer.5.output.dense.weight"  # the text top's last layer
@@ -221,7 +224,8 @@ def test_the_tops_study_offers_the_pairs_arms_and_sets_their_switches(tmp_path, 
     for arm in PAIRS_ARMS:
         made = arm_train_config(config, arm, seed=0, n_images=10, output=tmp_path)
         assert made.edited_image_rows and made.local_image_negatives
-        assert made.edited_image_columns == (arm == "LACE-local pairs + column")
+        assert made.edited_image_columns == (arm in COLUMN_ARMS)
+        assert made.edited_rows_real_image_negative == arm.endswith("real-image negative")
     with pytest.raises(SystemExit):  # an arm's own switch, never a study-wide flag
         main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(tmp_path / "x"),
               "--finetune-edited-image-rows"])

@@ -63,7 +63,8 @@ def add_parser(subparsers) -> None:
         "heads, on cached intermediates, through the project trainer, and every training arm runs "
         "(lace.study.flickr8k_top_arms): plain, caption negatives, LACE, concept-arithmetic negatives, "
         "paired-caption directions, LACE-local, LACE-local + caption negatives, and the pairs layout's LACE-local "
-        "pairs, LACE-local pairs + column, LACE-local pairs + caption negatives")
+        "pairs, LACE-local pairs + column, LACE-local pairs + caption negatives, LACE-local pairs + real-image negative "
+        "(alone and with caption negatives)")
     tops.add_argument("--tops", action="store_true", help="run the tower-tops study instead of the locked-tower one")
     tops.add_argument("--arms", dest="arm_names", default="all", help="comma-separated arm names, or all (default: all)")
     tops.add_argument("--split", choices=("val", "test"), default="val",
