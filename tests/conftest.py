@@ -72,3 +72,22 @@ def randomise_batch_norms(model: torch.nn.Module) -> None:
                 module.running_var.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
                 module.weight.copy_(torch.rand(module.num_features, generator=generator) + 0.5)
                 module.bias.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
+
+
+@pytest.fixture(scope="module")
+def top():
+    """A tiny random `TowersTop` (embedding 8, heads 16 wide) for the tower-top tests."""
+    from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
+    from lace.encoders.towers.top import TowersTop
+
+    torch.manual_seed(0)
+    return TowersTop(TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1))).eval()
+
+
+@pytest.fixture(scope="module")
+def map_editor():
+    """A map editor of four colours fitted on hand-built maps of the cut's shape (192, 7, 7)."""
+    from tests.test_local_maps import fit_coloured_editor
+    from tests.towers_support import CUT_CHANNELS, CUT_GRID
+
+    return fit_coloured_editor(channels=CUT_CHANNELS, grid=CUT_GRID, n_images=120)

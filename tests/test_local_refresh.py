@@ -29,7 +29,7 @@ from lace.train.checkpoints import latest_checkpoint
 from lace.train.loop import Trainer
 from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights
-from tests.test_top_arms import ONE_PROCESS, TINY_FINETUNE, tiny_pairs
+from tests.towers_support import ONE_PROCESS, TINY_FINETUNE, tiny_pairs
 
 LOCAL = LocalEditConfig(layer="block1", locate_layer="block0", fit_images=24, refresh_every=2)
 STEPS = 5

@@ -14,7 +14,7 @@ import torch
 
 from lace.config import config_to_dict
 from lace.encoders.towers import fresh_token_states
-from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
+from lace.encoders.towers.model import TowersDualEncoder
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
@@ -25,8 +25,8 @@ from lace.study.flickr8k_top_arms import arm_train_config
 from lace.train import train
 from lace.train.data import TopPairs
 from lace.train.pairs import pair_rows
-from tests.test_local_maps import COLOURS, coloured_maps, fit_coloured_editor
-from tests.test_top_arms import (
+from tests.test_local_maps import COLOURS, coloured_maps
+from tests.towers_support import (
     CUT_CHANNELS,
     CUT_GRID,
     TINY_FINETUNE,
@@ -40,17 +40,6 @@ PAIRS_ARMS = ("LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs
 COLUMN_ARMS = ("LACE-local pairs + column", "LACE-local pairs + real-image negative")
 """The pairs arms whose edits are also negative columns of the real caption."""
 N_IMAGES = 8
-
-
-@pytest.fixture(scope="module")
-def top() -> TowersTop:
-    torch.manual_seed(0)
-    return TowersTop(TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1))).eval()
-
-
-@pytest.fixture(scope="module")
-def map_editor():
-    return fit_coloured_editor(channels=CUT_CHANNELS, grid=CUT_GRID, n_images=120)
 
 
 def first_caption(first: str, second: str) -> str:

@@ -216,6 +216,17 @@ def _negative_terms(queries: Tensor, negatives: Tensor | None, valid: Tensor | N
     return torch.where(valid, terms, torch.zeros((), dtype=terms.dtype, device=terms.device)).sum()
 
 
+def _signed_terms(logits: Tensor, targets: Tensor, keep: Tensor | None = None) -> Tensor:
+    """SigLIP's per-pair terms `-log sigmoid(z_ig * logits_ig)` of (B, G) biased logits, z = +1 at each row's
+    target column `targets[i]` and -1 elsewhere; terms where the (B, G) or (1, G) bool `keep` is False are 0."""
+    signs = -torch.ones_like(logits)
+    signs[torch.arange(len(targets), device=logits.device), targets] = 1.0
+    terms = -F.logsigmoid(signs * logits)  # (B, G)
+    if keep is None:
+        return terms
+    return torch.where(keep, terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
+
+
 def sigmoid_loss(
     U: Tensor,
     V: Tensor,
@@ -258,15 +269,12 @@ def sigmoid_loss(
     if torch.as_tensor(logit_bias).numel() != 1:
         raise input_error("sigmoid loss", "logit_bias", "a scalar", tuple(torch.as_tensor(logit_bias).shape))
     n_rows, rows = U.shape[0], torch.arange(U.shape[0], device=U.device)
-    logits = logit_scale * U @ gallery_texts.T + logit_bias  # (B, G)
-    signs = -torch.ones_like(logits)
-    signs[rows, _targets(n_rows, row_offset, U.device)] = 1.0
-    terms = -F.logsigmoid(signs * logits)  # (B, G)
+    targets = _targets(n_rows, row_offset, U.device)
+    keep = None
     if false_negatives is not None:
         keep = ~false_negatives.to(torch.bool)
-        keep[rows, _targets(n_rows, row_offset, U.device)] = True
-        terms = torch.where(keep, terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
-    plain = terms.sum() / n_rows
+        keep[rows, targets] = True
+    plain = _signed_terms(logit_scale * U @ gallery_texts.T + logit_bias, targets, keep).sum() / n_rows
     if caption_negatives is None and image_negatives is None:
         return plain
     extra = (_negative_terms(U, caption_negatives, caption_valid, logit_scale, logit_bias)
@@ -342,11 +350,8 @@ def pair_loss(
     hard_image = None if real_images is None else logit_scale * (described * real_images[own]).sum(-1, keepdim=True)
     to_texts = logit_scale * edited @ gallery_texts.T  # (N_valid, G)
     if logit_bias is not None:
-        signs = -torch.ones_like(to_texts)
-        signs[torch.arange(len(own), device=own.device), targets] = 1.0
-        terms = -F.logsigmoid(signs * (to_texts + logit_bias))
-        terms = torch.where(gallery_valid[None], terms, torch.zeros((), dtype=terms.dtype, device=terms.device))
-        total = terms.sum() - F.logsigmoid(-(hard + logit_bias)).sum()
+        total = (_signed_terms(to_texts + logit_bias, targets, gallery_valid[None]).sum()
+                 - F.logsigmoid(-(hard + logit_bias)).sum())
         if hard_image is not None:
             total = total - F.logsigmoid(-(hard_image + logit_bias)).sum()
         return total / rows
