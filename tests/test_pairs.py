@@ -161,6 +161,24 @@ def test_the_edited_rows_weight_scales_only_their_own_terms(world, tmp_path):
                for k, v in plain.model.state_dict().items())
 
 
+def test_image_side_pairs_leave_the_text_tower_to_the_plain_loss(world, tmp_path):
+    # One step: the text tower's update is its gradient's alone, so it equals plain's when the rows' term gives it
+    # none; the image tower learns from the rows either way.
+    def one_step(name, output, **changes):
+        return train(_pairs_config(world, tmp_path, name, steps=1, output=str(tmp_path / output), **changes),
+                     progress=False).model.state_dict()
+
+    plain = one_step("plain", "plain")
+    image_side = one_step("LACE-local pairs", "image-side", edited_rows_train_text=False)
+    both = one_step("LACE-local pairs", "both")
+    text = [k for k in plain if not k.startswith("model.visual") and k != "model.logit_scale"]
+    visual = [k for k in plain if k.startswith("model.visual")]
+    assert text and visual
+    assert_same_weights({k: image_side[k] for k in text}, {k: plain[k] for k in text})
+    assert any(not torch.equal(both[k], plain[k]) for k in text)
+    assert any(not torch.equal(image_side[k], plain[k]) for k in visual)
+
+
 def test_pairs_one_process_and_two_processes_agree(world, tmp_path):
     config = _pairs_config(world, tmp_path)
     single = train(config, progress=False)

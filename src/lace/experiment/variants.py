@@ -46,6 +46,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LACE-local pairs + real-image negative + caption negatives": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "caption_negatives": True},
+    # the same, image side only: the edits' rows train the image tower, the captions enter them as constants
+    "LACE-local pairs, image side": {"local_image_negatives": True, "edited_image_rows": True,
+                                     "edited_rows_real_image_negative": True, "edited_rows_train_text": False},
+    "LACE-local pairs, image side + caption negatives": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "edited_rows_train_text": False, "caption_negatives": True},
     "LACE pairs": {"counterfactual_captions": True, "counterfactual_images": True, "edited_image_rows": True},
     # shapes world only: the renderer's real colour-swapped image of each training scene
     "ceiling (rendered swaps)": {"rendered_negatives": True},

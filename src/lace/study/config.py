@@ -160,7 +160,8 @@ def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
 TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives", "paired-caption directions",
             "LACE-local", "LACE-local + caption negatives", "LACE-local pairs", "LACE-local pairs + column",
             "LACE-local pairs + caption negatives", "LACE-local pairs + real-image negative",
-            "LACE-local pairs + real-image negative + caption negatives")
+            "LACE-local pairs + real-image negative + caption negatives", "LACE-local pairs, image side",
+            "LACE-local pairs, image side + caption negatives")
 """Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order."""
 
 TOPS_FINETUNE = TrainConfig(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_size=256, warmup_steps=20,
@@ -175,7 +176,7 @@ TOPS_SET_BY_STUDY = (
     "vocabulary", "dictionary", "counterfactual_captions", "counterfactual_images", "caption_negatives",
     "paired_caption_directions", "local_image_negatives", "local_caption_swaps", "rendered_negatives",
     "counterfactual_source", "edited_image_rows", "edited_image_columns", "edited_rows_real_image_negative",
-    "checkpoint_every", "keep_checkpoints",
+    "edited_rows_train_text", "checkpoint_every", "keep_checkpoints",
     "log_every", "tensorboard", "num_workers", "cache_images", "on_missing_image", "device")
 
 

@@ -131,6 +131,10 @@ class TrainConfig(ArmSwitches):
     gets one more column), so it is taught to prefer the edit over the image the edit was made from."""
     edited_rows_weight: float = 1.0
     """Weight of the edited rows' term (`lace.losses.pair_loss`) added to the loss; it scales only those terms."""
+    edited_rows_train_text: bool = True
+    """The edited rows' term also trains the text tower. Off, the described and the real captions enter it as
+    constants (the described captions are encoded without gradient): only the image side learns from the edits,
+    so an edit that stays close to its image cannot pull the text of its swap toward the real image."""
     local: LocalEditConfig = field(default_factory=LocalEditConfig)
     """LACE-local's knobs: where and how the image and caption towers are edited (`--local-<knob>`; `local:` in
     YAML)."""

@@ -379,9 +379,11 @@ class Trainer:
         rows = None
         if negatives.edited:
             if config.edited_image_rows:
-                rows = pair_rows(negatives.edited, self._encode_described)
+                text = config.edited_rows_train_text
+                rows = pair_rows(negatives.edited, self._encode_described if text else self._encode_constants)
                 bias = self.logit_bias if config.loss == "sigmoid" else None
-                loss = loss + config.edited_rows_weight * pair_term(rows, U, V, scale, bias, self.context,
+                loss = loss + config.edited_rows_weight * pair_term(rows, U, V if text else V.detach(), scale, bias,
+                                                                    self.context,
                                                                     config.edited_rows_real_image_negative)
             else:  # a columns-only arm at a logged step: its edits' captions, for the provenance figures alone
                 with torch.no_grad():
@@ -531,6 +533,11 @@ class Trainer:
                 return self.encoder.encode_text_states(states, mask)
             with self._autocast():
                 return self.encoder.encode_texts(texts).float()
+
+    def _encode_constants(self, texts: list[str]) -> torch.Tensor:
+        """`_encode_described` without gradient: (n, d) constants, the run's random stream left as it was."""
+        with torch.no_grad():
+            return self._encode_described(texts)
 
     def _row_seeds(self, epoch: int, indices: list[int], stream: int) -> list[int]:
         return row_seeds(self.config.seed, [(epoch, index) for index in indices], stream)
