@@ -19,8 +19,8 @@ FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind"
                  "paired-caption directions", "LACE-local", "LACE-local + caption negatives",
                  "ceiling (rendered swaps)", "LACE-local pairs", "LACE-local pairs + column",
                  "LACE-local pairs + caption negatives", "LACE-local pairs + real-image negative",
-                 "LACE-local pairs + real-image negative + caption negatives", "LACE-local pairs, image side",
-                 "LACE-local pairs, image side + caption negatives", "ceiling pairs")
+                 "LACE-local pairs + real-image negative + caption negatives", "LACE-local image-side pairs",
+                 "LACE-local image-side pairs + caption negatives", "ceiling pairs")
 
 # CLIP ViT-B/32 on SugarCrepe (Hsieh et al., 2023, table 2): the failure the base should match.
 CLIP_SUGARCREPE = {

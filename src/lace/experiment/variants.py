@@ -47,9 +47,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "caption_negatives": True},
     # the same, image side only: the edits' rows train the image tower, the captions enter them as constants
-    "LACE-local pairs, image side": {"local_image_negatives": True, "edited_image_rows": True,
+    "LACE-local image-side pairs": {"local_image_negatives": True, "edited_image_rows": True,
                                      "edited_rows_real_image_negative": True, "edited_rows_train_text": False},
-    "LACE-local pairs, image side + caption negatives": {
+    "LACE-local image-side pairs + caption negatives": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "edited_rows_train_text": False, "caption_negatives": True},
     "LACE pairs": {"counterfactual_captions": True, "counterfactual_images": True, "edited_image_rows": True},

@@ -160,8 +160,8 @@ def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
 TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives", "paired-caption directions",
             "LACE-local", "LACE-local + caption negatives", "LACE-local pairs", "LACE-local pairs + column",
             "LACE-local pairs + caption negatives", "LACE-local pairs + real-image negative",
-            "LACE-local pairs + real-image negative + caption negatives", "LACE-local pairs, image side",
-            "LACE-local pairs, image side + caption negatives")
+            "LACE-local pairs + real-image negative + caption negatives", "LACE-local image-side pairs",
+            "LACE-local image-side pairs + caption negatives")
 """Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order."""
 
 TOPS_FINETUNE = TrainConfig(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_size=256, warmup_steps=20,
