@@ -118,12 +118,35 @@ def test_runs_on_another_world_or_the_same_base_draw_are_refused(runs, tmp_path,
     assert main(["demo-draws", str(runs[0]), str(other), "--out", str(tmp_path / "x.md")]) == 2
     error = capsys.readouterr().err
     assert f"{other / 'results.json'}: field 'world.seed': expected 0" in error and "got 1" in error
-    again = _run(tmp_path / "again", 1, 0.0)
+    again = _run(tmp_path / "again", 1, 0.0)  # draw 1's seed, another base
     assert main(["demo-draws", str(runs[1]), str(again), "--out", str(tmp_path / "x.md")]) == 2
-    assert "field 'config.base_seed'" in capsys.readouterr().err
+    assert "field 'evaluations.base'" in capsys.readouterr().err
+    twice = _run(tmp_path / "twice", 1, 0.02)  # draw 1 again, the same fine-tunes
+    assert main(["demo-draws", str(runs[1]), str(twice), "--out", str(tmp_path / "x.md")]) == 2
+    error = capsys.readouterr().err
+    assert "field 'evaluations'" in error and "plain seed 0" in error
     assert main(["demo-draws", *map(str, runs), "--out", str(tmp_path / "x.md"), "--best", "LACE"]) == 2
     assert "field 'best'" in capsys.readouterr().err
     assert not (tmp_path / "x.md").exists()
+
+
+def test_runs_of_one_draw_from_the_same_base_are_read_as_one(runs, tmp_path):
+    whole = combine_draws(read_draws(runs))
+    # draw 1 again, as two runs from its base: the best arm's fine-tunes (and their logs) in a second folder
+    first, second = _run(tmp_path / "part0", 1, 0.02), _run(tmp_path / "part1", 1, 0.02)
+    for folder, keep in ((first, lambda model: not model.startswith(BEST)), (second, lambda model: model == "base"
+                                                                              or model.startswith(BEST))):
+        summary = json.loads((folder / "results.json").read_text())
+        summary["evaluations"] = {m: v for m, v in summary["evaluations"].items() if keep(m)}
+        summary["provenance"] = {m: v for m, v in summary["provenance"].items() if keep(m)}
+        (folder / "results.json").write_text(json.dumps(summary))
+    for seed in (0, 1):
+        (finetune_folder(first, BEST, seed) / "metrics.jsonl").unlink()
+    parts = combine_draws(read_draws([runs[0], first, second]))
+    assert parts["base_seeds"] == [0, 1] and len(parts["runs"]) == 3
+    assert parts["figures"] == whole["figures"] and parts["best"] == whole["best"]
+    assert [t["status"] for t in parts["targets"]] == [t["status"] for t in whole["targets"]]
+    assert [t["evidence"] for t in parts["targets"]] == [t["evidence"] for t in whole["targets"]]
 
 
 def test_the_base_seed_changes_the_base_key_only_when_set_to_another_seed():

@@ -2,7 +2,8 @@
 
 A demo's figures depend on the draw of its base (the pretraining's initial weights and data order), not only
 on the fine-tune seed. Each run folder holds one draw (`lace demo --base-seed K`) and every fine-tune seed
-from it. Per variant and figure, the report gives the mean over draws x seeds, the spread across draws (the
+from it; several folders of one draw (other arms fine-tuned from the same base, `lace demo --reuse`) are read
+as one. Per variant and figure, the report gives the mean over draws x seeds, the spread across draws (the
 std of the per-draw means) and the spread across fine-tune seeds (the mean of the within-draw stds), then the
 pre-registered targets checked on those means, each met or missed and by how much. Stds are population stds
 (numpy's default), as in the demo's own tables.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,15 +51,41 @@ PREFERS_EDITED = "provenance_edited_caption_prefers_edited_image"
 
 @dataclass
 class Draw:
-    """One demo run: its results.json (`summary`), its folder and its base's pretraining seed."""
+    """One base draw: its first results.json (`path`), the summary of every run of it (`summary`, their
+    evaluations and provenance merged), its base's pretraining seed, and the run folder of each fine-tune the
+    first run does not hold (`folders`, by model name)."""
 
     path: Path
     summary: dict
     base_seed: int
+    folders: dict[str, Path] = field(default_factory=dict)
+    paths: list[Path] = field(default_factory=list)
 
     @property
     def run(self) -> Path:
         return self.path.parent
+
+    def folder_of(self, model: str) -> Path:
+        """The run folder holding `model`'s fine-tune."""
+        return self.folders.get(model, self.run)
+
+    def merge(self, path: Path, summary: dict) -> None:
+        """Add another run of this draw: refused unless its base's figures are this draw's (the same base) and
+        it fine-tuned no model this draw already holds."""
+        if summary["evaluations"].get("base") != self.summary["evaluations"].get("base"):
+            raise LaceInputError(f"{path}: field 'evaluations.base': expected the base figures of {self.path} "
+                                 f"(another run of pretraining seed {self.base_seed} must start from the same base, "
+                                 "e.g. with lace demo --reuse), got other figures")
+        twice = [model for model in summary["evaluations"] if model != "base" and model in self.summary["evaluations"]]
+        if twice:
+            raise input_error(path, "evaluations", f"fine-tunes {self.path} does not hold (a model in one run of a "
+                              "draw only)", twice)
+        merged = dict(self.summary)
+        for key in ("evaluations", "provenance"):
+            merged[key] = {**summary.get(key, {}), **self.summary.get(key, {})}
+        self.summary = merged
+        self.folders.update({model: path.parent for model in summary["evaluations"] if model != "base"})
+        self.paths.append(path)
 
 
 @dataclass
@@ -92,8 +119,8 @@ class Target:
 
 
 def read_draws(runs: Sequence[str | Path]) -> list[Draw]:
-    """Each run's results.json (a run folder or the file itself), refused unless every run is on one world with
-    one set of demo settings and a base draw of its own."""
+    """Each run's results.json (a run folder or the file itself), one `Draw` per base draw (runs of one draw
+    merged), refused unless every run is on one world with one set of demo settings."""
     if not runs:
         raise input_error("demo draws", "runs", "at least one demo run folder")
     draws: list[Draw] = []
@@ -104,14 +131,15 @@ def read_draws(runs: Sequence[str | Path]) -> list[Draw]:
             if not isinstance(summary.get(name), dict):
                 raise input_error(path, name, "the results.json of a finished demo run", type(summary.get(name)).__name__)
         config = summary["config"]
-        draw = Draw(path, summary, config["seed"] if config.get("base_seed") is None else config["base_seed"])
+        draw = Draw(path, summary, config["seed"] if config.get("base_seed") is None else config["base_seed"],
+                    paths=[path])
         if draws:
             _check_same_world(draws[0], draw)
-        same = [other for other in draws if other.base_seed == draw.base_seed]
-        if same:
-            raise input_error(path, "config.base_seed", f"a base draw of its own (pretraining seed {draw.base_seed} "
-                              f"is also {same[0].path}'s)", draw.base_seed)
-        draws.append(draw)
+        same = next((other for other in draws if other.base_seed == draw.base_seed), None)
+        if same is not None:
+            same.merge(path, summary)
+        else:
+            draws.append(draw)
     return draws
 
 
@@ -257,7 +285,7 @@ def _logged(draws: Sequence[Draw], variant: str, figure: str) -> list[tuple[floa
         for model in draw.summary["evaluations"]:
             if variant_of(model) != variant:
                 continue
-            path = finetune_folder(draw.run, variant, int(model.rsplit(" seed ", 1)[1])) / "metrics.jsonl"
+            path = finetune_folder(draw.folder_of(model), variant, int(model.rsplit(" seed ", 1)[1])) / "metrics.jsonl"
             if not path.is_file():
                 continue
             values = [row[figure] for row in map(json.loads, path.read_text().splitlines()) if figure in row]
@@ -311,7 +339,7 @@ def combine_draws(draws: Sequence[Draw], best: str | None = None) -> dict:
     every split, and the targets."""
     chosen, how = choose_best(draws, best)
     return {
-        "runs": [str(draw.path) for draw in draws],
+        "runs": [str(path) for draw in draws for path in draw.paths],
         "base_seeds": [draw.base_seed for draw in draws],
         "world": draws[0].summary["world"],
         "best": {"variant": chosen, "chosen_by": how},
@@ -334,7 +362,7 @@ def draws_report(result: dict) -> Report:
     """The markdown/HTML report of `combine_draws`'s result: targets first, then every split's tables."""
     report = Report("LACE over base draws")
     report.paragraph(
-        f"{len(result['runs'])} demo runs on one world, one base draw each (pretraining seeds "
+        f"{len(result['runs'])} demo runs on one world, {len(result['base_seeds'])} base draws (pretraining seeds "
         f"{', '.join(map(str, result['base_seeds']))}), each with its fine-tune seeds: " + ", ".join(result["runs"])
         + ". Cells: mean over base draws x seeds, ± the spread across base draws (std of the per-draw means), ± the "
         "spread across fine-tune seeds (mean of the within-draw stds); — where a spread has one value.")
