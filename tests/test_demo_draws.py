@@ -11,6 +11,7 @@ from lace.data.world import WorldConfig
 from lace.demo import DemoConfig
 from lace.demo.draws import combine_draws, pooled_figures, read_draws
 from lace.demo.pipeline import base_stage_key, finetune_folder, world_config, world_key
+from lace.errors import LaceInputError
 from lace.experiment.stages import stage_key
 
 BEST = "LACE-local pairs"
@@ -130,6 +131,17 @@ def test_runs_on_another_world_or_the_same_base_draw_are_refused(runs, tmp_path,
     assert not (tmp_path / "x.md").exists()
 
 
+def test_a_setting_one_run_does_not_record_is_not_compared(runs):
+    summary = json.loads((runs[1] / "results.json").read_text())
+    del summary["config"]["finetune"]["edited_image_rows"]  # written before the setting existed
+    (runs[1] / "results.json").write_text(json.dumps(summary))
+    assert len(read_draws(runs)) == 2
+    summary["config"]["finetune"]["steps"] = 1  # a setting both record, changed
+    (runs[1] / "results.json").write_text(json.dumps(summary))
+    with pytest.raises(LaceInputError, match="config.finetune.steps"):
+        read_draws(runs)
+
+
 def test_runs_of_one_draw_from_the_same_base_are_read_as_one(runs, tmp_path):
     whole = combine_draws(read_draws(runs))
     # draw 1 again, as two runs from its base: the best arm's fine-tunes (and their logs) in a second folder
@@ -139,6 +151,7 @@ def test_runs_of_one_draw_from_the_same_base_are_read_as_one(runs, tmp_path):
         summary = json.loads((folder / "results.json").read_text())
         summary["evaluations"] = {m: v for m, v in summary["evaluations"].items() if keep(m)}
         summary["provenance"] = {m: v for m, v in summary["provenance"].items() if keep(m)}
+        summary["evaluations"]["base"]["test"]["seconds"] = {"world": 1.0 if folder == first else 2.0}  # timing only
         (folder / "results.json").write_text(json.dumps(summary))
     for seed in (0, 1):
         (finetune_folder(first, BEST, seed) / "metrics.jsonl").unlink()

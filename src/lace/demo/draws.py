@@ -72,7 +72,7 @@ class Draw:
     def merge(self, path: Path, summary: dict) -> None:
         """Add another run of this draw: refused unless its base's figures are this draw's (the same base) and
         it fine-tuned no model this draw already holds."""
-        if summary["evaluations"].get("base") != self.summary["evaluations"].get("base"):
+        if _base_figures(summary) != _base_figures(self.summary):
             raise LaceInputError(f"{path}: field 'evaluations.base': expected the base figures of {self.path} "
                                  f"(another run of pretraining seed {self.base_seed} must start from the same base, "
                                  "e.g. with lace demo --reuse), got other figures")
@@ -118,6 +118,12 @@ class Target:
             self.status = "not run" if self.met is None else "met" if self.met else "missed"
 
 
+def _base_figures(summary: dict) -> dict:
+    """The base's evaluation figures per split, without the seconds they took."""
+    return {split: {key: value for key, value in figures.items() if key != "seconds"}
+            for split, figures in summary["evaluations"].get("base", {}).items()}
+
+
 def read_draws(runs: Sequence[str | Path]) -> list[Draw]:
     """Each run's results.json (a run folder or the file itself), one `Draw` per base draw (runs of one draw
     merged), refused unless every run is on one world with one set of demo settings."""
@@ -158,9 +164,10 @@ def _check_same_world(first: Draw, draw: Draw) -> None:
 
 
 def _first_difference(a, b, prefix: str) -> str | None:
-    """The dotted name of the first leaf where `a` and `b` differ (prefix itself for unequal leaves), else None."""
+    """The dotted name of the first leaf where `a` and `b` differ (prefix itself for unequal leaves), else None.
+    A key only one side holds is a setting the other's lace did not have yet, and is not compared."""
     if isinstance(a, dict) and isinstance(b, dict):
-        for key in [*a, *[k for k in b if k not in a]]:
+        for key in [k for k in a if k in b]:
             found = _first_difference(a.get(key), b.get(key), f"{prefix}.{key}")
             if found is not None:
                 return found
