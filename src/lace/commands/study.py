@@ -10,7 +10,7 @@ from lace.config import add_config_arguments, config_from_args
 from lace.data.flickr8k import ENV_VARIABLE
 from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.study.config import TOPS_SET_BY_STUDY, TopsStudyConfig
+from lace.study.config import TOP_ARMS, TOPS_SET_BY_STUDY, TopsStudyConfig
 
 # TopsStudyConfig fields the command's own flags set (shared with the locked-tower study)
 TOPS_OWN_FLAGS = ("data", "out", "feature_cache", "seeds", "arms", "split", "edit", "zeroshot_root",
@@ -61,10 +61,7 @@ def add_parser(subparsers) -> None:
     tops = flickr.add_argument_group(
         "trainable tops", "with --tops: the last stage of the image tower and the last two text layers train with the "
         "heads, on cached intermediates, through the project trainer, and every training arm runs "
-        "(lace.study.flickr8k_top_arms): plain, caption negatives, LACE, concept-arithmetic negatives, "
-        "paired-caption directions, LACE-local, LACE-local + caption negatives, and the pairs layout's LACE-local "
-        "pairs, LACE-local pairs + column, LACE-local pairs + caption negatives, LACE-local pairs + real-image negative "
-        "(alone and with caption negatives)")
+        "(lace.study.flickr8k_top_arms): " + ", ".join(TOP_ARMS))
     tops.add_argument("--tops", action="store_true", help="run the tower-tops study instead of the locked-tower one")
     tops.add_argument("--arms", dest="arm_names", default="all", help="comma-separated arm names, or all (default: all)")
     tops.add_argument("--split", choices=("val", "test"), default="val",
@@ -101,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 def tops_config(args: argparse.Namespace, edit: EditConfig) -> TopsStudyConfig:
     """The tower-tops study's config from every flag the command shows."""
-    from lace.study.config import TOP_ARMS
-
     arms = TOP_ARMS if args.arm_names == "all" else tuple(name.strip() for name in args.arm_names.split(","))
     base = TopsStudyConfig(data=args.data, out=args.out, feature_cache=args.feature_cache, arms=arms, seeds=args.seeds,
                            split=args.split, edit=edit, zeroshot_root=args.zeroshot_root,

@@ -60,6 +60,10 @@ class Draw:
     base_seed: int
     folders: dict[str, Path] = field(default_factory=dict)
     paths: list[Path] = field(default_factory=list)
+    """Every results.json read into this draw, `path` first."""
+
+    def __post_init__(self):
+        self.paths = self.paths or [self.path]
 
     @property
     def run(self) -> Path:
@@ -137,8 +141,7 @@ def read_draws(runs: Sequence[str | Path]) -> list[Draw]:
             if not isinstance(summary.get(name), dict):
                 raise input_error(path, name, "the results.json of a finished demo run", type(summary.get(name)).__name__)
         config = summary["config"]
-        draw = Draw(path, summary, config["seed"] if config.get("base_seed") is None else config["base_seed"],
-                    paths=[path])
+        draw = Draw(path, summary, config["seed"] if config.get("base_seed") is None else config["base_seed"])
         if draws:
             _check_same_world(draws[0], draw)
         same = next((other for other in draws if other.base_seed == draw.base_seed), None)

@@ -382,9 +382,9 @@ class Trainer:
                 text = config.edited_rows_train_text
                 rows = pair_rows(negatives.edited, self._encode_described if text else self._encode_constants)
                 bias = self.logit_bias if config.loss == "sigmoid" else None
-                loss = loss + config.edited_rows_weight * pair_term(rows, U, V if text else V.detach(), scale, bias,
-                                                                    self.context,
-                                                                    config.edited_rows_real_image_negative)
+                term = pair_term(rows, U, V if text else V.detach(), scale, bias, self.context,
+                                 config.edited_rows_real_image_negative)
+                loss = loss + config.edited_rows_weight * term
             else:  # a columns-only arm at a logged step: its edits' captions, for the provenance figures alone
                 with torch.no_grad():
                     rows = pair_rows(negatives.edited, self._encode_described)
