@@ -143,7 +143,6 @@ class MetricsWriter:
         self.bar.close()
         if self.board is not None:
             self.board.close()
-            self.board = None
 
 
 def step_line(record: Mapping, total_steps: int) -> str:
@@ -155,14 +154,15 @@ def step_line(record: Mapping, total_steps: int) -> str:
 
 
 def start_line(config, pairs, total_steps: int, resumed_step: int | None) -> str:
-    """The run's first console line: what data it reads, the model, the arm and the steps, for example
-    `train: data pairs.csv (30 rows, 24 images); model lace-micro-32; arm plain; 6 steps of 8 pairs`, with
-    `; resumed from step 4` when it carries on from a checkpoint."""
+    """The run's first console line: `train: data pairs.csv (30 rows, 24 images); model lace-micro-32; arm plain;
+    6 steps of 8 pairs`, and `; resumed from step 4` when it carries on from a checkpoint."""
     n_captions = list(pairs.n_captions)
     source = getattr(getattr(pairs, "dataset", None), "source", None) or config.data or \
         f"{type(pairs).__name__} passed in"
+    accumulation = config.grad_accumulation
     line = (f"train: data {source} ({sum(n_captions)} rows, {len(n_captions)} images); model {config.model}; "
-            f"arm {arm_name(config)}; {total_steps} steps of {config.batch_size} pairs")
+            f"arm {arm_name(config)}; {total_steps} step{'s' * (total_steps != 1)} of {config.batch_size * accumulation} pairs"
+            + (f" ({accumulation} micro-batches of {config.batch_size})" if accumulation > 1 else ""))
     return line + (f"; resumed from step {resumed_step}" if resumed_step is not None else "")
 
 
