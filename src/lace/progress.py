@@ -1,8 +1,8 @@
 """Progress bars: one helper for every tqdm bar in lace, and the dependencies' own bars kept in step with it.
 
 A bar redraws itself with carriage returns, which fill a log file with one long line: bars are drawn only
-when asked for and their stream (stderr) is a terminal. Long runs print plain lines of their own instead
-(`lace.train.metrics`).
+when asked for and their stream (stderr) is a terminal, or in a Jupyter notebook (a widget). Long runs print
+plain lines of their own as well (`lace.train.metrics`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,19 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from tqdm import tqdm
+from tqdm.auto import tqdm
+from tqdm.autonotebook import tqdm as _chosen
+
+NOTEBOOK = _chosen.__module__ == "tqdm.notebook"  # tqdm's own test: a Jupyter kernel with widgets
 
 
 def shows_bars(enabled: bool = True) -> bool:
-    """Whether a bar would be drawn: asked for (`enabled`) and stderr, where tqdm draws, is a terminal."""
+    """Whether a bar would be drawn: asked for (`enabled`), and stderr, where tqdm draws, is a terminal (or a
+    notebook shows it as a widget)."""
+    if not enabled:
+        return False
     stream = sys.stderr
-    return bool(enabled) and stream is not None and hasattr(stream, "isatty") and stream.isatty()
+    return NOTEBOOK or (stream is not None and hasattr(stream, "isatty") and stream.isatty())
 
 
 def bar(iterable: Iterable | None = None, *, enabled: bool = True, **options) -> tqdm:

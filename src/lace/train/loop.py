@@ -130,6 +130,7 @@ def train(
     local_editor=None,
     rendered: RenderedNegatives | None = None,
     encoder: DualEncoder | None = None,
+    console: bool = True,
 ) -> TrainResult:
     """Train `config.model` on `dataset` (default: read `config.data`) as `config` says.
 
@@ -147,6 +148,8 @@ def train(
             the shapes world that `config.data` lies in).
         encoder: the model to train in place (default: `load_encoder(config.model, config.pretrained)`);
             `FeaturePairs` need a `lace-towers` encoder here, `TopPairs` a `TowersTop`.
+        console: print the start line and a line per logged step on stdout (docs/logging.md); off for runs an
+            experiment makes by the dozen.
     Runs distributed when started by torchrun (environment variables set).
     """
     config.validate()
@@ -154,7 +157,8 @@ def train(
     context = init_distributed(resolve_device(config.device), timeout=config.dist_timeout)
     try:
         with dependency_bars(shows_bars(progress)):  # no "Loading weights" bar from transformers under --no-progress
-            return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder).run()
+            return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder,
+                           console).run()
     finally:
         if not already_initialised:
             shutdown_distributed()
@@ -165,8 +169,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, context: DistributedContext, editor, dataset, progress: bool,
                  on_batch: Callable[[int, list[int]], None] | None, local_editor=None,
-                 rendered: RenderedNegatives | None = None, encoder: DualEncoder | None = None):
+                 rendered: RenderedNegatives | None = None, encoder: DualEncoder | None = None, console: bool = True):
         self.config, self.context, self.progress, self.on_batch = config, context, progress, on_batch
+        self.console = console
         self.device = context.device
         if config.batch_size % context.world_size:
             raise LaceInputError(
@@ -566,7 +571,7 @@ class Trainer:
         )
         batches = iter(loader)
         writer = MetricsWriter(self.run_dir, self.total_steps, self.step, main=context.is_main,
-                               progress=self.progress, tensorboard=config.tensorboard)
+                               progress=self.progress, tensorboard=config.tensorboard, console=self.console)
         writer.say(start_line(config, self.pairs, self.total_steps, self.step if self.resume_from else None))
         window = MetricWindow()
         last_metrics: dict = {}

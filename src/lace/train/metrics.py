@@ -94,15 +94,14 @@ def provenance_means(totals: Mapping[str, float]) -> dict[str, float]:
 
 
 class MetricsWriter:
-    """Writes each logged step of a run to `run_dir`/metrics.jsonl, TensorBoard (`tensorboard`) and the console,
-    and keeps the run's progress bar (drawn when `progress` and stderr is a terminal). Only the main process
-    writes (`main`); elsewhere every method does nothing. Use as a context manager, so the bar and TensorBoard
-    close however the run ends."""
+    """Writes each logged step of a run to `run_dir`/metrics.jsonl, TensorBoard (`tensorboard`) and the console
+    (`console`), and keeps the run's progress bar (drawn when `progress` and stderr is a terminal). Only the main
+    process writes (`main`). Use as a context manager, so the bar and TensorBoard close however the run ends."""
 
     def __init__(self, run_dir: Path, total_steps: int, first_step: int, *, main: bool = True, progress: bool = True,
-                 tensorboard: bool = False):
+                 tensorboard: bool = False, console: bool = True):
         self.path = Path(run_dir) / METRICS_FILE
-        self.total_steps, self.main = total_steps, main
+        self.total_steps, self.main, self.console = total_steps, main, console
         self.bar = bar(total=total_steps, initial=first_step, enabled=progress and main, desc="train", unit="step")
         self.board = open_tensorboard(run_dir) if tensorboard and main else None
 
@@ -114,7 +113,7 @@ class MetricsWriter:
 
     def say(self, line: str) -> None:
         """One plain line on stdout (above the bar when one is drawn)."""
-        if not self.main:
+        if not (self.main and self.console):
             return
         if not self.bar.disable:
             self.bar.write(line, file=sys.stdout)
