@@ -105,14 +105,18 @@ def test_bars_are_drawn_on_a_terminal_only(monkeypatch, stream, drawn):
 
 def test_no_progress_silences_the_hugging_face_loading_bar(pairs_csv, tmp_path, capsys):
     pytest.importorskip("transformers")
+    from huggingface_hub.utils import are_progress_bars_disabled
+
     model = write_tiny_siglip(tmp_path / "siglip")
     capsys.readouterr()  # saving the model draws transformers' own bar
+    before = are_progress_bars_disabled()
     assert lace_train(pairs_csv, tmp_path / "run", "--steps", "1", "--no-progress",
                       model=f"hf-siglip:{model}") == 0
     captured = capsys.readouterr()
     assert "Loading weights" not in captured.err + captured.out
     assert "\r" not in captured.err + captured.out
     assert step_lines(captured.out)
+    assert are_progress_bars_disabled() == before  # the library's setting is given back after the run
 
 
 def test_a_resumed_run_says_where_it_carries_on_and_records_its_new_steps(pairs_csv, tmp_path, capsys):
