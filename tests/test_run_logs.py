@@ -119,6 +119,15 @@ def test_no_progress_silences_the_hugging_face_loading_bar(pairs_csv, tmp_path, 
     assert are_progress_bars_disabled() == before  # the library's setting is given back after the run
 
 
+def test_hugging_face_models_load_without_a_bar_off_a_terminal(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    model = write_tiny_siglip(tmp_path / "siglip")
+    capsys.readouterr()
+    load_encoder(f"hf-siglip:{model}")  # as every command loads it (embed, eval, train)
+    captured = capsys.readouterr()
+    assert "Loading weights" not in captured.err and "\r" not in captured.err
+
+
 def test_a_resumed_run_says_where_it_carries_on_and_records_its_new_steps(pairs_csv, tmp_path, capsys):
     run = tmp_path / "run"
     flags = ("--log-every", "1", "--checkpoint-every", "2", "--no-progress")
