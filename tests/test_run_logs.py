@@ -171,6 +171,31 @@ def test_metrics_match_references_computed_apart(tmp_path):
         assert record["caption_negatives_valid_rows"] == 0 and record["image_negatives_valid_rows"] == 0
 
 
+class Board:
+    """Stands in for TensorBoard's `SummaryWriter` (not installed here): records every scalar."""
+
+    def __init__(self):
+        self.scalars, self.closed = [], False
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.append((tag, value, step))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_tensorboard_gets_the_figures_metrics_jsonl_gets(pairs_csv, tmp_path, monkeypatch):
+    board = Board()
+    monkeypatch.setattr("lace.train.metrics.open_tensorboard", lambda run_dir: board)
+    config = TrainConfig(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "run"), steps=2,
+                         batch_size=8, log_every=1, device="cpu", seed=3, tensorboard=True)
+    train(config, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    expected = [(f"train/{key}", value, record["step"]) for record in records for key, value in record.items()
+                if key != "step"]
+    assert board.scalars == expected and board.closed
+
+
 def test_window_adds_figures_by_name_over_micro_batches():
     window = MetricWindow()
     window.add({"loss": torch.tensor(2.0), "plain_loss": 1.0, "samples": 8, "skipped": 1, "caption_valid": 6.0})
