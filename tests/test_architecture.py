@@ -12,7 +12,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "lace"
 # rank (the demo and the study) may not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("io", "config", "distributed", "row_random"),
+    ("io", "config", "distributed", "row_random", "progress"),
     ("manifest",),
     ("data",),
     ("encoders",),

@@ -13,7 +13,7 @@ from lace.train.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from lace.train.loop import _truncate_metrics
+from lace.train.metrics import truncate_metrics as _truncate_metrics
 
 
 def _save(run, step, keep):

@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_dir, atomic_write_json, open_npy, read_json, replace_dir
 from lace.manifest import verify, write_manifest
+from lace.progress import bar as progress_bar
 
 IMAGE_FILE = "image_embeddings.npy"
 TEXT_FILE = "text_embeddings.npy"
@@ -125,7 +125,7 @@ def embed_images(
                         num_workers=num_workers)
     row = 0
     encoder.eval()
-    for pixels in tqdm(loader, desc="embed images", unit="batch", disable=not progress):
+    for pixels in progress_bar(loader, desc="embed images", unit="batch", enabled=progress):
         embeddings = encoder.encode_images(pixels).float().cpu().numpy()
         out[row: row + len(embeddings)] = embeddings
         row += len(embeddings)
@@ -140,7 +140,7 @@ def embed_texts(
     """Embed `captions` into `out` (len(captions), d) unit vectors."""
     out = out if out is not None else np.empty((len(captions), encoder.embed_dim), dtype=np.float32)
     encoder.eval()
-    for start in tqdm(range(0, len(captions), batch_size), desc="embed texts", unit="batch", disable=not progress):
+    for start in progress_bar(range(0, len(captions), batch_size), desc="embed texts", unit="batch", enabled=progress):
         batch = captions[start: start + batch_size]
         out[start: start + len(batch)] = encoder.encode_texts(batch).float().cpu().numpy()
     return out
@@ -241,8 +241,8 @@ class _Shard:
         done = self._open()
         images = np.load(self.folder / IMAGE_FILE, mmap_mode="r+")
         texts = np.load(self.folder / TEXT_FILE, mmap_mode="r+")
-        bar = tqdm(total=len(self.image_rows) + len(self.text_rows), initial=done["images"] + done["texts"],
-                   desc="embed", unit="row", disable=not progress)
+        bar = progress_bar(total=len(self.image_rows) + len(self.text_rows), initial=done["images"] + done["texts"],
+                           desc="embed", unit="row", enabled=progress)
         rows = self.image_rows
         for start in range(done["images"], len(rows), chunk_rows):
             stop = min(start + chunk_rows, len(rows))

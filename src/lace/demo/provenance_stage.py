@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from lace.concepts.vocabulary import load_vocabulary
 from lace.demo.world_data import world_pairs, world_split
@@ -27,6 +26,7 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders.base import DualEncoder
 from lace.local import LocalEditConfig, build_local_editor
 from lace.local.editor import LocalImageEditor, slot_changes
+from lace.progress import bar as progress_bar
 from lace.provenance import PREFERENCES, provenance_preferences, real_vs_edited_auc
 from lace.train import TensorPairs
 from lace.train.rendered import rendered_negatives
@@ -139,8 +139,8 @@ def _embed(encoder: DualEncoder, instrument: ProvenanceInstrument, split: str, p
     parts: dict[str, list[Tensor]] = {}
     texts: dict[str, list[str | None]] = {"local": [], "rendered": []}
     try:
-        for start in tqdm(range(0, len(held.pixels), BATCH), desc=f"provenance ({split})", unit="batch",
-                          disable=not progress):
+        for start in progress_bar(range(0, len(held.pixels), BATCH), desc=f"provenance ({split})", unit="batch",
+                                  enabled=progress):
             pixels = held.pixels[start:start + BATCH].to(encoder.device)
             captions = held.captions[start:start + BATCH]
             made = editor.negatives(encoder.model, pixels, n_edits=1)  # slot 0: the binding swap

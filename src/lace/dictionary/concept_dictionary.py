@@ -24,7 +24,6 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import Tensor
-from tqdm import tqdm
 
 from lace.dictionary import learning
 from lace.dictionary.sparse_coding import SparseCodes, decode, encode
@@ -32,6 +31,7 @@ from lace.dictionary.streaming import Rows, RowSource, check_finite, streaming_m
 from lace.errors import LaceInputError, input_error
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 from lace.manifest import add_to_manifest, verify
+from lace.progress import bar as progress_bar
 
 MODALITIES = ("image", "text")
 MODES = ("learned", "vocabulary")
@@ -198,7 +198,7 @@ class ConceptDictionary:
                     if parts:
                         yield torch.cat(parts)
 
-        bar = tqdm(total=n_batches * self.n_epochs, disable=not self.progress, desc="dictionary")
+        bar = progress_bar(total=n_batches * self.n_epochs, enabled=self.progress, desc="dictionary")
         learning.learn(
             state,
             batches(),

@@ -9,6 +9,7 @@ from torchvision import transforms
 
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
+from lace.progress import dependency_bars, shows_bars
 
 HF_PREFIX = "hf-clip:"
 
@@ -85,8 +86,9 @@ def load_hf_clip(source: str, device: str | torch.device = "cpu") -> HuggingFace
         raise LaceInputError("hf-clip models need transformers: pip install 'lace[hf]'") from error
     source = _model_source(source, HF_PREFIX)
     try:
-        model = CLIPModel.from_pretrained(source)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        with dependency_bars(shows_bars()):  # transformers' "Loading weights" bar only on a terminal
+            model = CLIPModel.from_pretrained(source)
+            tokenizer = AutoTokenizer.from_pretrained(source)
     except OSError as error:
         raise LaceInputError(f"{source}: could not load a CLIPModel and tokenizer ({error})") from error
     image_size = model.config.vision_config.image_size
@@ -156,8 +158,9 @@ def load_hf_siglip(source: str, device: str | torch.device = "cpu") -> HuggingFa
         raise LaceInputError("hf-siglip models need transformers: pip install 'lace[hf]'") from error
     source = _model_source(source, HF_SIGLIP_PREFIX)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = SiglipModel.from_pretrained(source)
+        with dependency_bars(shows_bars()):  # transformers' "Loading weights" bar only on a terminal
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = SiglipModel.from_pretrained(source)
     except (OSError, ValueError, ImportError) as error:
         raise LaceInputError(
             f"{source}: could not load a SiglipModel and its tokenizer ({type(error).__name__}: "

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from tqdm.auto import tqdm
 
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_path
+from lace.progress import bar as progress_bar
 
 Box = tuple[float, float, float, float]
 ImageKey = tuple[str, Box | None]
@@ -80,7 +80,7 @@ class EmbeddingCache:
         if todo:
             self.encoder.eval()
             batches = range(0, len(todo), self.batch_size)
-            for start in tqdm(batches, desc="embed images", unit="batch", disable=not self.progress):
+            for start in progress_bar(batches, desc="embed images", unit="batch", enabled=self.progress):
                 batch = todo[start: start + self.batch_size]
                 pixels = torch.stack([self._pixels(name) for name in batch])
                 embeddings = self.encoder.encode_images(pixels).float().cpu()

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 import torch
-from tqdm.auto import tqdm
 
 from lace.experiment.stages import StageRunner
+from lace.progress import bar as progress_bar
 
 WORKER_THREADS = 1
 """CPU threads of each worker process."""
@@ -61,7 +61,7 @@ def run_stages(runner: StageRunner, stages: Sequence[Stage], workers: int, progr
     pending = list(stages)
     running: dict[Connection, tuple[Stage, multiprocessing.process.BaseProcess]] = {}
     context = multiprocessing.get_context("fork")
-    with tqdm(total=len(stages), desc="stages", unit="stage", disable=not progress) as bar:
+    with progress_bar(total=len(stages), desc="stages", unit="stage", enabled=progress) as bar:
         try:
             while pending or running:
                 for stage in [stage for stage in pending if all(name in results for name in stage.after)]:

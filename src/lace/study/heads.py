@@ -58,7 +58,8 @@ def train_summary(config: TrainConfig, progress: bool, **inputs) -> dict:
     the run's summary from its metrics."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lace-run-") as folder:
-        result = train(dataclasses.replace(config, output=str(Path(folder) / "run")), progress=progress, **inputs)
+        result = train(dataclasses.replace(config, output=str(Path(folder) / "run")), progress=progress, console=False,
+                       **inputs)
         steps = [json.loads(line) for line in result.metrics_path.read_text(encoding="utf-8").splitlines()]
     tail = steps[-max(1, len(steps) // 10):]
     summary = {"steps": result.steps, "seconds": time.perf_counter() - started,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -31,7 +30,6 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from lace.concepts.vocabulary import load_vocabulary
 from lace.config import config_to_dict
@@ -41,10 +39,11 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
-from lace.io import atomic_write_json, atomic_write_text, prepare_output_dir
+from lace.io import atomic_write_json, prepare_output_dir
 from lace.local import build_local_editor
 from lace.losses import duplicate_pairs
-from lace.provenance import PREFERENCES, provenance_preferences
+from lace.progress import dependency_bars, shows_bars
+from lace.provenance import provenance_preferences
 from lace.row_random import RowGenerators
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
@@ -64,7 +63,7 @@ from lace.train.data import (
     pair_keys,
     row_seeds,
 )
-from lace.train.distributed import barrier, gather_with_grad, sum_over_processes
+from lace.train.distributed import barrier, gather_with_grad
 from lace.train.editor import refresh_editor, run_editor
 from lace.train.interrupt import StopRequest
 from lace.train.local_arm import (
@@ -76,6 +75,15 @@ from lace.train.local_arm import (
 from lace.train.local_refresh import LocalEditorUpkeep, fidelity_probe
 from lace.train.loss_choice import choose_loss, contrastive_losses, logit_bias_of
 from lace.train.lost_rank import WatchCollectives
+from lace.train.metrics import (
+    METRICS_FILE,
+    PROVENANCE_FIGURES,
+    MetricsWriter,
+    MetricWindow,
+    start_line,
+    step_record,
+    truncate_metrics,
+)
 from lace.train.negatives import (
     BatchSources,
     Negatives,
@@ -89,7 +97,6 @@ from lace.train.rendered import RenderedNegatives, rendered_negatives, world_of
 
 logger = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
 # Fields that fix the model, the data order or what a step means: a resumed run must keep them.
 RESUME_INVARIANTS = ("model", "data", "split", "batch_size", "grad_accumulation", "seed")
@@ -123,6 +130,7 @@ def train(
     local_editor=None,
     rendered: RenderedNegatives | None = None,
     encoder: DualEncoder | None = None,
+    console: bool = True,
 ) -> TrainResult:
     """Train `config.model` on `dataset` (default: read `config.data`) as `config` says.
 
@@ -140,13 +148,17 @@ def train(
             the shapes world that `config.data` lies in).
         encoder: the model to train in place (default: `load_encoder(config.model, config.pretrained)`);
             `FeaturePairs` need a `lace-towers` encoder here, `TopPairs` a `TowersTop`.
+        console: print the start line and a line per logged step on stdout (docs/logging.md); off for runs an
+            experiment makes by the dozen.
     Runs distributed when started by torchrun (environment variables set).
     """
     config.validate()
     already_initialised = dist.is_available() and dist.is_initialized()
     context = init_distributed(resolve_device(config.device), timeout=config.dist_timeout)
     try:
-        return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder).run()
+        with dependency_bars(shows_bars(progress)):  # no "Loading weights" bar from transformers under --no-progress
+            return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder,
+                           console).run()
     finally:
         if not already_initialised:
             shutdown_distributed()
@@ -157,8 +169,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, context: DistributedContext, editor, dataset, progress: bool,
                  on_batch: Callable[[int, list[int]], None] | None, local_editor=None,
-                 rendered: RenderedNegatives | None = None, encoder: DualEncoder | None = None):
+                 rendered: RenderedNegatives | None = None, encoder: DualEncoder | None = None, console: bool = True):
         self.config, self.context, self.progress, self.on_batch = config, context, progress, on_batch
+        self.console = console
         self.device = context.device
         if config.batch_size % context.world_size:
             raise LaceInputError(
@@ -224,7 +237,7 @@ class Trainer:
         self.checkpoint_path: Path | None = None
         if self.resume_from is not None:
             self._resume()
-        elif context.is_main:
+        if context.is_main:  # a resumed run records what it now runs to (its steps, its schedule)
             atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(config))
         self.metrics_path = self.run_dir / METRICS_FILE
 
@@ -356,7 +369,7 @@ class Trainer:
             self.local_editor = self.local_upkeep.restore(state.get("local_editor"), self.local_editor)
         self.checkpoint_path = manifest
         if self.context.is_main:
-            _truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+            truncate_metrics(self.run_dir / METRICS_FILE, self.step)
 
     # ---- one micro-batch ----------------------------------------------------------------
 
@@ -557,14 +570,13 @@ class Trainer:
             collate_fn=self.pairs.collate if self.features else collate, num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
         )
         batches = iter(loader)
-        writer = self._tensorboard()
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=not (self.progress and context.is_main),
-                   desc="train", unit="step")
-        window: list[dict] = []
-        window_started = time.perf_counter()
+        writer = MetricsWriter(self.run_dir, self.total_steps, self.step, main=context.is_main,
+                               progress=self.progress, tensorboard=config.tensorboard, console=self.console)
+        writer.say(start_line(config, self.pairs, self.total_steps, self.step if self.resume_from else None))
+        window = MetricWindow()
         last_metrics: dict = {}
         self.encoder.train()
-        with StopRequest() as stop, WatchCollectives(context, config.dist_timeout) as watch:
+        with writer, StopRequest() as stop, WatchCollectives(context, config.dist_timeout) as watch:
             while self.step < self.total_steps:
                 watch.step, watch.checkpoint = self.step + 1, self.checkpoint_path
                 lr = cosine_lr(self.step, config.lr, config.warmup_steps, self.total_steps)
@@ -578,7 +590,7 @@ class Trainer:
                     with nullcontext() if sync else self.model.no_sync():
                         loss, stats = self._micro_step(batch, number)
                         (loss / accumulation).backward()
-                    window.append(stats)
+                    window.add(stats)
                 if config.grad_clip_norm is not None:
                     torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), config.grad_clip_norm)
                 self.optimizer.step()
@@ -594,19 +606,12 @@ class Trainer:
                     or self.step == self.total_steps or stop_now
                 # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
                 if self.step % config.log_every == 0 or checkpoint_now or fidelity_due:
-                    last_metrics = self._log(window, time.perf_counter() - window_started, lr, writer)
-                    bar.set_postfix(loss=f"{last_metrics['loss']:.4f}", lr=f"{lr:.2e}",
-                                    samples_per_s=f"{last_metrics['samples_per_second']:.0f}")
-                    window, window_started = [], time.perf_counter()
+                    last_metrics = self._log(window, lr, writer)
                 if checkpoint_now:
                     self._save_checkpoint()
-                bar.update(1)
+                writer.advance()
                 if stop_now and self.step < self.total_steps:
-                    bar.close()
                     raise stop.stopped(self.step, self.checkpoint_path)
-        bar.close()
-        if writer is not None:
-            writer.close()
         barrier(context)
         return TrainResult(self.encoder, self.run_dir, self.run_dir / METRICS_FILE, self.checkpoint_path,
                            self.step, self.skipped_images, last_metrics)
@@ -625,44 +630,21 @@ class Trainer:
         self.editor = refresh_editor(self.editor, self.refit_images, self.refit_texts)
         check_editor_dimension(self.editor, self.encoder.embed_dim, "refreshed dictionary")
 
-    def _log(self, window: list[dict], seconds: float, lr: float, writer) -> dict:
-        keys = ("loss", "plain_loss", "caption_valid", "image_valid", "pair_valid", "rule_collisions")
-        measured = [s["provenance"] for s in window if "provenance" in s]
-        provenance = [float(sum(m[name] for m in measured)) for name in (*PROVENANCE_FIGURES, "n")]
-        local = [float(sum(s[k] for s in window)) for k in keys] + provenance + [
-            sum(s["samples"] for s in window), sum(s["skipped"] for s in window), len(window)]
-        totals = sum_over_processes(local, self.context)
-        provenance_totals = totals[len(keys):len(keys) + len(provenance)]
-        count = totals[-1]
-        samples, skipped = int(totals[-3]), int(totals[-2])
-        self.samples_seen += samples
-        self.skipped_images += skipped
-        metrics = {
-            "step": self.step,
-            "epoch": self.step * self.config.grad_accumulation / self.order.batches_per_epoch,
-            "loss": totals[0] / count,
-            "plain_loss": totals[1] / count,
-            "lr": lr,
-            "logit_scale": float(self.encoder.logit_scale.exp().item()),
-            **({"logit_bias": float(self.logit_bias.item())} if self.logit_bias is not None else {}),
-            "samples_per_second": samples / max(seconds, 1e-9),
-            "caption_negatives_valid_rows": totals[2] / max(samples, 1),
-            "image_negatives_valid_rows": totals[3] / max(samples, 1),
-            **({"pair_rows_valid": totals[4] / max(samples, 1)} if self.config.edited_image_rows else {}),
-            **({"rule_collision_rows": totals[5] / max(samples, 1)}
-               if self.config.edited_image_rows and self.config.caption_negatives else {}),
-            **_provenance_metrics(provenance_totals),
-            "samples_seen": self.samples_seen,
-            "skipped_images": self.skipped_images,
-            **(self.local_upkeep.metrics() if self.local_upkeep is not None else {}),
-        }
-        if self.context.is_main:
-            with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
-                f.write(json.dumps(metrics) + "\n")
-            if writer is not None:
-                for key, value in metrics.items():
-                    if key != "step":
-                        writer.add_scalar(f"train/{key}", value, self.step)
+    def _log(self, window: MetricWindow, lr: float, writer: MetricsWriter) -> dict:
+        """Write the window's figures as the record of this step (`lace.train.metrics`), then start a new window."""
+        totals = window.totals(self.context)
+        self.samples_seen += int(totals["samples"])
+        self.skipped_images += int(totals["skipped"])
+        model = {"lr": lr, "logit_scale": float(self.encoder.logit_scale.exp().item()),
+                 **({"logit_bias": float(self.logit_bias.item())} if self.logit_bias is not None else {})}
+        counters = {"samples_seen": self.samples_seen, "skipped_images": self.skipped_images,
+                    **(self.local_upkeep.metrics() if self.local_upkeep is not None else {})}
+        rows = self.config.edited_image_rows
+        metrics = step_record(self.step, self.step * self.config.grad_accumulation / self.order.batches_per_epoch,
+                              totals, window.seconds, model, counters, pair_rows=rows,
+                              rule_collisions=rows and self.config.caption_negatives)
+        writer.write(metrics)
+        window.reset()
         _refuse_diverged(metrics, self.checkpoint_path)
         return metrics
 
@@ -694,23 +676,10 @@ class Trainer:
             self.run_dir, self.step, self.encoder.state_dict(), state, keep=self.config.keep_checkpoints)
         barrier(self.context)
 
-    def _tensorboard(self):
-        if not (self.config.tensorboard and self.context.is_main):
-            return None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            logger.warning("tensorboard is not installed; metrics go to %s only", METRICS_FILE)
-            return None
-        return SummaryWriter(str(self.run_dir / "tensorboard"))
-
 
 def _trim(pool: deque, size: int) -> None:
     while sum(t.shape[0] for t in pool) - pool[0].shape[0] >= size:
         pool.popleft()
-
-
-PROVENANCE_FIGURES = (*PREFERENCES, "edit_cosine")
 
 
 def _provenance_sums(U: torch.Tensor, V: torch.Tensor, rows) -> dict[str, float]:
@@ -722,14 +691,6 @@ def _provenance_sums(U: torch.Tensor, V: torch.Tensor, rows) -> dict[str, float]
     figures = provenance_preferences(U, V, rows.images[picked, first], rows.captions[picked, first], valid.any(dim=1))
     count = figures["n"]
     return {**{name: figures[name] * count if count else 0.0 for name in PROVENANCE_FIGURES}, "n": count}
-
-
-def _provenance_metrics(totals: list[float]) -> dict[str, float]:
-    """Summed provenance figures and their count -> `provenance_<figure>` means (nothing when none was measured)."""
-    count = totals[-1]
-    if not count:
-        return {}
-    return {f"provenance_{name}": total / count for name, total in zip(PROVENANCE_FIGURES, totals)}
 
 
 def _valid_rows(valid: torch.Tensor | None) -> torch.Tensor | float:
@@ -746,21 +707,3 @@ def _refuse_diverged(metrics: dict, latest: Path | None) -> None:
         f"train: the loss is {metrics['loss']} at step {metrics['step']}; the run diverged or its data holds NaN/inf, "
         f"and {kept}; lower --lr, set --grad-clip-norm, or check the data, then resume or start again"
     )
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines logged after the checkpoint being resumed (they will be logged again)."""
-    if not path.is_file():
-        return
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [line for line in lines if (record := _metrics_record(line)) is not None and record.get("step", 0) <= step]
-    atomic_write_text(path, "".join(line + "\n" for line in kept))
-
-
-def _metrics_record(line: str) -> dict | None:
-    """A metrics line as a dict; None for a blank line or one cut short by a process killed mid-append."""
-    try:
-        record = json.loads(line) if line.strip() else None
-    except json.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from tqdm import tqdm
 
 from lace.config import config_to_dict
 from lace.data.world.benchmarks import benchmark_items, winoground_item
@@ -53,6 +52,7 @@ from lace.data.world.scene import (
 )
 from lace.io import atomic_path, atomic_write_json, atomic_write_text, prepare_output_dir
 from lace.manifest import write_manifest
+from lace.progress import bar as progress_bar
 
 
 def _write_compact_json(path: Path, obj: object) -> None:
@@ -286,8 +286,8 @@ def generate_world(
     sizes = split_sizes(config)
     tasks = [(split, index) for split in SPLITS for index in range(sizes[split])]
     files = _WorldFiles(config, out)
-    samples = tqdm(_samples(config, combinations, tasks), total=len(tasks), desc="world", unit="img",
-                   disable=not progress)
+    samples = progress_bar(_samples(config, combinations, tasks), total=len(tasks), desc="world", unit="img",
+                           enabled=progress)
     for image_id, sample in enumerate(samples):
         files.add(image_id, sample)
     files.write()

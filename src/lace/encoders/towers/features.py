@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from tqdm import tqdm
 
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.towers import image_tower, onnx_runtime, text_tower
@@ -40,6 +39,7 @@ from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, open_npy
 from lace.manifest import entry_manifest, verify, write_manifest
+from lace.progress import bar as progress_bar
 
 
 @dataclass
@@ -165,7 +165,7 @@ def compute_image_tower_features(
     output = np.empty((len(dataset), image_tower.FEATURE_DIM), dtype=np.float32)
     start = 0
     with torch.inference_mode():
-        for pixels in tqdm(loader, desc="image tower", unit="batch", disable=not progress):
+        for pixels in progress_bar(loader, desc="image tower", unit="batch", enabled=progress):
             if session is not None:
                 features = session(pixels.numpy())  # (B, 1280)
             else:
@@ -191,7 +191,8 @@ def compute_text_tower_features(
     by_length = np.argsort(encoder.text_tower.token_counts(captions), kind="stable") if captions else []
     bf16 = torch.autocast(encoder.device.type, dtype=torch.bfloat16, enabled=runtime == "torch-bf16")
     with torch.inference_mode(), bf16:
-        for start in tqdm(range(0, len(captions), batch_size), desc="text tower", unit="batch", disable=not progress):
+        for start in progress_bar(range(0, len(captions), batch_size), desc="text tower", unit="batch",
+                                  enabled=progress):
             rows = by_length[start:start + batch_size]
             tokens = encoder.tokenize([captions[i] for i in rows])
             if session is not None:

@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from numpy.lib.format import open_memmap
-from tqdm import tqdm
 
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.towers import image_tower
@@ -45,6 +44,7 @@ from lace.encoders.towers.top import (
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, open_npy, read_json
 from lace.manifest import entry_manifest, verify, write_manifest
+from lace.progress import bar as progress_bar
 
 STORAGE_DTYPE = np.float16
 
@@ -127,7 +127,7 @@ def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDat
     started, start, min_cosine = time.perf_counter(), 0, None
     with atomic_path(path) as tmp, torch.inference_mode():
         output = open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=(len(dataset), *IMAGE_CUT_SHAPE))
-        for pixels in tqdm(loader, desc="image tower below the top", unit="batch", disable=not progress):
+        for pixels in progress_bar(loader, desc="image tower below the top", unit="batch", enabled=progress):
             maps = image_below_top(model, pixels.contiguous(memory_format=torch.channels_last)).float()
             stored = maps.to(torch.float16)
             output[start:start + len(maps)] = stored.cpu().numpy()
@@ -178,8 +178,8 @@ def compute_text_top_features(encoder: TowersDualEncoder, captions: list[str], p
     started, min_cosine = time.perf_counter(), None
     with atomic_path(path) as tmp, torch.inference_mode():
         output = open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=(int(offsets[-1]), bert.config.hidden_size))
-        for start in tqdm(range(0, len(captions), batch_size), desc="text tower below the top", unit="batch",
-                          disable=not progress):
+        for start in progress_bar(range(0, len(captions), batch_size), desc="text tower below the top",
+                                  unit="batch", enabled=progress):
             rows = by_length[start:start + batch_size]
             states, mask = caption_states_below_top(encoder, [captions[i] for i in rows])
             if not np.array_equal(mask.sum(1).cpu().numpy(), lengths[rows]):
