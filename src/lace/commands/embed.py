@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from lace.commands.common import (
@@ -12,6 +13,7 @@ from lace.commands.common import (
     add_progress_argument,
 )
 from lace.data import read_dataset
+from lace.data.images import MISSING_IMAGE_POLICIES, apply_image_policy
 from lace.distributed import init_distributed, shutdown_distributed
 from lace.embeddings import extract_embeddings
 from lace.encoders import load_encoder
@@ -30,6 +32,8 @@ def add_parser(subparsers) -> None:
     add_output_arguments(parser, "embedding store folder to write")
     parser.add_argument("--batch-size", type=int, default=64, help="images per batch (texts use 4x)")
     parser.add_argument("--workers", type=int, default=0, help="image-decoding worker processes")
+    parser.add_argument("--missing-images", choices=MISSING_IMAGE_POLICIES, default="error",
+                        help="image files that are missing or unreadable: error (name them) or skip (leave them out)")
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 
@@ -38,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     context = init_distributed(args.device)
     try:
         dataset = read_dataset(args.data, split=args.split, image_root=args.image_root)
+        dataset, check = apply_image_policy(dataset, args.missing_images)
+        if check.bad and context.is_main:
+            print(check.summary(), file=sys.stderr)
         if context.is_main:
             prepare_output_dir(args.out, overwrite=args.overwrite)
         encoder = load_encoder(args.model, args.pretrained, device=context.device)

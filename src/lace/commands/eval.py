@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 
 from lace.commands.common import add_model_arguments, add_progress_argument
@@ -11,6 +12,7 @@ from lace.config import add_config_arguments, config_from_args
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig, run_evaluation
+from lace.eval.summary import console_lines
 from lace.io import atomic_write_json
 
 
@@ -31,6 +33,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--transplant", action="append", default=None, metavar="A=B",
                         help="edit-retrieval transplant of concept A to concept B of the same type; repeat for "
                              "more (default: a few chosen among same-type concepts the captions mention)")
+    parser.add_argument("--skip-missing", dest="missing_images", action="store_const", const="skip",
+                        help="score the items whose images exist and can be read (same as --missing-images skip)")
     parser.add_argument("--out", required=True, help="results JSON file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     add_progress_argument(parser)
@@ -49,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     encoder = load_encoder(args.model, args.pretrained, device=args.device)
     results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained, progress=args.progress)
     atomic_write_json(out, results)
-    for name, figures in results["benchmarks"].items():
-        headline = ", ".join(f"{key} {value:.3f}" for key, value in list(figures.items())[:4] if value is not None)
-        print(f"{name}: {headline}")
+    for line in results["skipped_images"]:
+        print(line, file=sys.stderr)
+    for line in console_lines(results):
+        print(line)
     print(f"wrote {out}")
     return 0

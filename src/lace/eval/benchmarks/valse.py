@@ -62,8 +62,7 @@ class VALSE(Benchmark):
                 pairs.image_paths.append(str(image))
                 pairs.captions.append(_caption(item, path, key))
                 pairs.negatives.append(text_field(item, "foil", path, key))
-            self.require_images(pairs.image_paths)
-            data[path.stem] = pairs
+            data[path.stem] = self.usable(path.stem, pairs, [[image] for image in pairs.image_paths])
         return data
 
     def evaluate(
