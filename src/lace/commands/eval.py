@@ -13,7 +13,7 @@ from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig, run_evaluation
 from lace.eval.summary import console_lines
-from lace.io import atomic_write_json
+from lace.io import atomic_write_json, removed_on_failure
 
 
 def add_parser(subparsers) -> None:
@@ -50,9 +50,11 @@ def run(args: argparse.Namespace) -> int:
         raise LaceInputError(f"{out}: results file exists; pass --overwrite to replace it")
     if out.is_dir():
         raise LaceInputError(f"{out}: expected a results file path, found a folder")
-    encoder = load_encoder(args.model, args.pretrained, device=args.device)
-    results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained, progress=args.progress)
-    atomic_write_json(out, results)
+    with removed_on_failure(out.parent):  # bad input: no empty results folder left behind
+        encoder = load_encoder(args.model, args.pretrained, device=args.device)
+        results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained,
+                                 progress=args.progress)
+        atomic_write_json(out, results)
     for line in results["skipped_images"]:
         print(line, file=sys.stderr)
     for line in console_lines(results):
