@@ -67,17 +67,18 @@ class Benchmark(ABC):
             raise self.missing(path, what, published_at)
         return path
 
-    def usable(self, part: str, items: ItemsT, item_images: list[list[str]], published_at: str | None = None
-               ) -> ItemsT:
+    def usable(self, part: str, items: ItemsT, item_images: list[list[str]], published_at: str | None = None,
+               fields: tuple[str, ...] | None = None) -> ItemsT:
         """`items` (a dataclass of per-item lists, `item_images[i]` the image files of item i) with only the items
-        whose images are usable under `missing_images`, checked before any embedding starts; counted under `part`."""
+        whose images are usable under `missing_images`, checked before any embedding starts; counted under `part`.
+        `fields`: the per-item lists (default: every list as long as the first)."""
         published_at = published_at or self.published_at
         hint = f"{self.name}'s images are published at {published_at}" if published_at else None
         keep, check = usable_items(item_images, self.missing_images, f"{self.name} {part}", hint=hint,
                                    require_some=False)
         self.image_checks.append(check)
         self.item_counts[part] = {"scored": len(keep), "skipped": len(item_images) - len(keep)}
-        return items if len(keep) == len(item_images) else subset_items(items, keep)
+        return items if len(keep) == len(item_images) else subset_items(items, keep, fields)
 
     def image_summary(self) -> str | None:
         """One line on the images left out and the items scored and skipped (None when nothing was left out);
@@ -134,10 +135,11 @@ def text_field(item: object, name: str, where: object, position: object) -> str:
     return value
 
 
-def subset_items(items: ItemsT, keep: list[int]) -> ItemsT:
-    """A copy of dataclass `items` whose per-item list fields (those as long as the first) keep the rows `keep`."""
+def subset_items(items: ItemsT, keep: list[int], fields: tuple[str, ...] | None = None) -> ItemsT:
+    """A copy of dataclass `items` whose per-item list `fields` (default: the lists as long as the first) keep the
+    rows `keep`."""
     lists = {f.name: getattr(items, f.name) for f in dataclasses.fields(items)
-             if isinstance(getattr(items, f.name), list)}
+             if isinstance(getattr(items, f.name), list) and (fields is None or f.name in fields)}
     n = len(next(iter(lists.values())))
     return dataclasses.replace(items, **{name: [values[i] for i in keep]
                                          for name, values in lists.items() if len(values) == n})
