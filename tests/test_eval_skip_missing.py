@@ -93,3 +93,17 @@ def test_compare_charts_scores_and_leaves_out_properties_of_the_data(tmp_path, m
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--png", str(tmp_path / "c.png")]) == 0
     assert charted == ["sugarcrepe/swap_att", "sugarcrepe/swap_att/same_words", "sugarcrepe/mean"]
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_zeroshot_leaves_out_an_image_that_does_not_decode(tmp_path, capsys):
+    root = tmp_path / "pets"
+    for label in ("cat", "dog"):
+        make_images(root / label, 2)
+    (root / "dog" / "img_002.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")  # named like an image, not one
+    args = ["--benchmarks", "zeroshot", "--zeroshot-root", str(root)]
+    assert run_eval(tmp_path / "r.json", *args) == 2
+    assert "img_002.png" in capsys.readouterr().err
+    assert run_eval(tmp_path / "r.json", *args, "--skip-missing") == 0
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["items"]["zeroshot"] == {"pets": {"scored": 4, "skipped": 1}}
+    assert "1 unreadable" in capsys.readouterr().err
