@@ -244,7 +244,7 @@ def run_evaluation(
     skipped_images = [line for line in (b.image_summary() for b in benchmarks.values()) if line]
     for name in config.benchmarks:
         start = time.perf_counter()
-        results[name] = _finite(get_benchmark(name).evaluate(encoder, loaded[name], cache=cache, progress=progress))
+        results[name] = _finite(benchmarks[name].evaluate(encoder, loaded[name], cache=cache, progress=progress))
         seconds[name] = round(time.perf_counter() - start, 3)
     diagnostics: dict[str, float | None] = {}
     skipped_because = None if config.diagnostics else "--no-diagnostics"
