@@ -85,13 +85,14 @@ class ImageCheck:
         """One line: how many files were left out, of how many, and the first few of them."""
         return f"{self.source}: skipped {len(self.bad)} of {self.n_files} image files ({self._details()})"
 
-    def error(self, hint: str | None = None) -> LaceInputError:
-        """The error for policy "error", or for nothing usable; a hint on the image folder when none exist."""
+    def error(self, hint: str | None = None, folder_flag: str = "--image-root") -> LaceInputError:
+        """The error for policy "error", or for nothing usable; when none exist, where they were looked for and
+        the flag that names the folder they are relative to."""
         if self.n_files and len(self.missing) == self.n_files:
             folder = os.path.commonpath([str(Path(p).parent) for p in self.missing[:100]]) if self.missing else ""
             message = (f"{self.source}: none of the {self.n_files} image files exist (e.g. {self.missing[0]}); "
                        f"they were looked for under {folder}: if the paths are relative to another folder, "
-                       "pass it as --image-root")
+                       f"pass it as {folder_flag}")
         elif len(self.bad) == self.n_files:
             message = f"{self.source}: none of the {self.n_files} image files can be used ({self._details()})"
         else:
@@ -138,24 +139,25 @@ def validate_policy(policy: str, where: str = "--missing-images") -> str:
 
 
 def usable_items(item_images: Sequence[Sequence[str | Path]], policy: str, source: str,
-                 hint: str | None = None, readable: bool = True, require_some: bool = True
-                 ) -> tuple[list[int], ImageCheck]:
+                 hint: str | None = None, readable: bool = True, require_some: bool = True,
+                 folder_flag: str = "--image-root") -> tuple[list[int], ImageCheck]:
     """Indices of the items (each a sequence of its image paths) whose images are all usable, and the check.
 
     policy "error": any bad file is a `LaceInputError` naming it; "skip": the items with a bad file are left
     out, and an error when no item is left (unless not `require_some`: the caller counts what is left over
-    several sets). `hint` ends those errors (where the images are published).
+    several sets). `hint` ends those errors (where the images are published); `folder_flag` names what sets the
+    folder the paths are relative to.
     """
     validate_policy(policy)
     check = check_images((path for paths in item_images for path in paths), source, readable)
     if not check.bad:
         return list(range(len(item_images))), check
     if policy == "error":
-        raise check.error(hint)
+        raise check.error(hint, folder_flag)
     bad = set(check.bad)
     keep = [i for i, paths in enumerate(item_images) if not any(str(path) in bad for path in paths)]
     if not keep and require_some:
-        raise check.error(hint)
+        raise check.error(hint, folder_flag)
     return keep, check
 
 

@@ -117,6 +117,7 @@ def _box(item: dict, path: Path, position: int) -> tuple[float, float, float, fl
 @register_benchmark("aro")
 class ARO(Benchmark):
     published_at = "github.com/mertyg/vision-language-models-are-bows"
+    image_folder_flag = "--aro-coco-images or --aro-flickr-images (VG: <aro-root>/images)"
 
     def load(
         self, root: str | Path | None = None, coco_karpathy: str | Path | None = None,

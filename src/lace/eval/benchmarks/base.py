@@ -34,6 +34,8 @@ class Benchmark(ABC):
     name: ClassVar[str]
     published_at: ClassVar[str | None]
     """Where the original release can be downloaded (named in missing-file errors; None for a user's own data)."""
+    image_folder_flag: ClassVar[str] = "the benchmark's image folder"
+    """What names the folder its image paths are relative to (said when none of its images exist)."""
 
     def __init__(self, missing_images: str = "error"):
         self.missing_images = missing_images
@@ -75,7 +77,7 @@ class Benchmark(ABC):
         published_at = published_at or self.published_at
         hint = f"{self.name}'s images are published at {published_at}" if published_at else None
         keep, check = usable_items(item_images, self.missing_images, f"{self.name} {part}", hint=hint,
-                                   require_some=False)
+                                   require_some=False, folder_flag=self.image_folder_flag)
         self.image_checks.append(check)
         self.item_counts[part] = {"scored": len(keep), "skipped": len(item_images) - len(keep)}
         return items if len(keep) == len(item_images) else subset_items(items, keep, fields)
@@ -87,7 +89,7 @@ class Benchmark(ABC):
         scored = sum(counts["scored"] for counts in self.item_counts.values())
         skipped = sum(counts["skipped"] for counts in self.item_counts.values())
         if skipped and not scored:
-            raise check.error(f"{self.name}: no item is left to score")
+            raise check.error(f"{self.name}: no item is left to score", self.image_folder_flag)
         if not check.bad:
             return None
         return f"{check.summary()}; scored {scored} items, skipped {skipped}"

@@ -32,6 +32,7 @@ def dataset_embeddings(cache: EmbeddingCache, dataset: ImageTextDataset) -> tupl
 @register_benchmark("retrieval")
 class Retrieval(Benchmark):
     published_at = None  # the user's own data, or COCO/Flickr30k read as such: no download page to point at
+    image_folder_flag = "--image-root"
 
     def load(self, root: str | Path, split: str | None = "test", image_root: str | Path | None = None,
              recall_ks: tuple[int, ...] = (1, 5, 10)) -> RetrievalData:

@@ -34,6 +34,7 @@ COCO_URL = "cocodataset.org (val2017 images)"
 @register_benchmark("sugarcrepe")
 class SugarCrepe(Benchmark):
     published_at = "github.com/RAIVNLab/sugar-crepe"
+    image_folder_flag = "--sugarcrepe-images"
 
     def load(self, root: str | Path, image_root: str | Path | None = None) -> dict[str, PairItems]:
         root = Path(root)

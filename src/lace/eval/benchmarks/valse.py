@@ -40,6 +40,7 @@ VALIDATED_VOTES = 2  # the authors' filter: mturk["caption"] >= 2 of 3 annotator
 @register_benchmark("valse")
 class VALSE(Benchmark):
     published_at = "github.com/Heidelberg-NLP/VALSE"
+    image_folder_flag = "--valse-images"
 
     def load(self, root: str | Path, image_root: str | Path | None = None, all_items: bool = False
              ) -> dict[str, PairItems]:
