@@ -172,3 +172,27 @@ def _refuse_to_clear(path: Path) -> None:
             f"{path}: refusing to overwrite this folder (it is the working folder, holds it, or is the home "
             "or root folder); give a dedicated output folder"
         )
+
+
+@contextmanager
+def removed_on_failure(*paths: str | os.PathLike | None) -> Iterator[None]:
+    """Remove the folders a command creates for `paths` (an output folder, or a file's folder) when its body fails
+    on bad input (`LaceInputError`): only folders that did not exist on entry, the highest of them for each path.
+    An interrupt keeps them: a run resumes from what it wrote."""
+    created = []
+    for path in paths:
+        if path is None:
+            continue
+        path = Path(path).absolute()
+        if path.exists():
+            continue
+        while not path.parent.exists():
+            path = path.parent
+        created.append(path)
+    try:
+        yield
+    except LaceInputError:
+        for path in created:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+        raise

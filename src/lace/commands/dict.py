@@ -16,10 +16,11 @@ from lace.concepts.labelled import (
 )
 from lace.config import add_config_arguments, config_from_args, config_to_dict
 from lace.edits import EditConfig, build_editor, parse_edit
+from lace.edits.build import check_store_dimension
 from lace.embeddings import EmbeddingStore
 from lace.errors import input_error
 from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
-from lace.io import atomic_dir, atomic_write_json, prepare_output_dir
+from lace.io import atomic_dir, atomic_write_json, prepare_output_dir, removed_on_failure
 from lace.manifest import add_to_manifest
 from lace.report.plots import atom_bars
 
@@ -69,6 +70,11 @@ def add_parser(subparsers) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    with removed_on_failure(args.out):  # bad input: no empty output folder left behind
+        return _fit(args)
+
+
+def _fit(args: argparse.Namespace) -> int:
     config = config_from_args(DictionaryConfig, args)
     store = EmbeddingStore.open(args.embeddings)
     out = prepare_output_dir(args.out, overwrite=args.overwrite, inputs=(args.embeddings,))
@@ -111,6 +117,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     usage = None
     store = EmbeddingStore.open(args.embeddings) if args.embeddings else None
     if store is not None:
+        check_store_dimension(labelled, args.dict, store.dim, args.embeddings)
         # usage: share of embeddings (up to 10k per modality, evenly spaced) with the atom active
         active = []
         for modality, table in (("image", store.image_embeddings), ("text", store.text_embeddings)):

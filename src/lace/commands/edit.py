@@ -13,9 +13,11 @@ from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import Concept, Vocabulary
 from lace.config import add_config_arguments, config_from_args
 from lace.edits import EditConfig, build_editor, parse_edit
+from lace.edits.build import check_store_dimension
 from lace.embeddings import EmbeddingStore
-from lace.errors import input_error
+from lace.errors import LaceInputError, input_error
 from lace.eval.neighbours import topk_neighbours
+from lace.io import removed_on_failure
 
 
 def add_parser(subparsers) -> None:
@@ -49,8 +51,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     labelled = load_labelled_dictionary(args.dict)
     store = EmbeddingStore.open(args.embeddings)
+    check_store_dimension(labelled, args.dict, store.dim, args.embeddings)
     if args.png is not None:
-        code = _write_grid(args, labelled, store)
+        with removed_on_failure(Path(args.png).parent):
+            code = _write_grid(args, labelled, store)
         if args.image is None:
             return code
     if args.image is None:
@@ -64,10 +68,7 @@ def run(args: argparse.Namespace) -> int:
     control = editor.apply(z, "image", spec, control="random", generator=torch.Generator().manual_seed(args.seed))
     record = edited.records.to_dicts(editor.unit_names)[0]
     if not record["proposed"]:
-        print(f"edit {args.edit} not possible on image {args.image}: the source must be present"
-              + (" and the target absent" if spec.kind == "transplant" else "")
-              + f" (source weight {record['source_weight_before']:.3f})")
-        return 1
+        raise LaceInputError(_nothing_to_edit(args.edit, spec, args.image, record))
     print(f"edit {args.edit} on image {args.image}: step |(a'-a)D| = {record['step_size']:.3f}, "
           f"effect check {'passed' if record['passed_check'] else 'FAILED'}")
     concept = labelled.directions.names[labelled.directions.index(spec.target or spec.source)]
@@ -80,6 +81,20 @@ def run(args: argparse.Namespace) -> int:
         for rank, row in enumerate(rows, 1):
             print(f"  {rank:>2}. {store.captions[row]}")
     return 0
+
+
+def _nothing_to_edit(edit: str, spec, image: int, record: dict) -> str:
+    """Why an edit found nothing to edit on one image, in words."""
+    source_weight, target_weight = record["source_weight_before"], record["target_weight_before"]
+    if source_weight <= 0:
+        found = f"its code holds no '{spec.source}' (source weight {source_weight:.3f})"
+    elif spec.kind == "transplant" and target_weight > 0:
+        found = f"it already holds '{spec.target}' (target weight {target_weight:.3f})"
+    else:
+        found = f"'{spec.source}' is too weak to edit (source weight {source_weight:.3f})"
+    need = "the source present" + (" and the target absent" if spec.kind == "transplant" else "")
+    return (f"edit {edit} finds nothing to edit on image {image}: {found}; the edit needs {need}. Pick an image "
+            f"whose captions name '{spec.source}', or another edit")
 
 
 def _mentions(captions: list[str], concept: str, kind: str) -> np.ndarray:
@@ -124,9 +139,8 @@ def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> in
                            config=config_from_args(EditConfig, args, prefix="edit."))
     rows = grid["rows"]
     if not rows:
-        print(f"no grid: the edit {args.edit} cannot be made on any of the {grid['candidates']} images naming "
-              f"'{spec.source}' and not '{spec.target}'")
-        return 1
+        raise LaceInputError(f"no grid: the edit {args.edit} finds nothing to edit on any of the "
+                             f"{grid['candidates']} images naming '{spec.source}' and not '{spec.target}'")
     for row in rows:
         print(f"image {row['source']}: {row['label']}: {row['target_count']}/{args.k} {spec.target}")
     print(f"wrote {png}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 
 from lace.commands.common import add_model_arguments, add_progress_argument
@@ -11,7 +12,8 @@ from lace.config import add_config_arguments, config_from_args
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig, run_evaluation
-from lace.io import atomic_write_json
+from lace.eval.summary import console_lines
+from lace.io import atomic_write_json, removed_on_failure
 
 
 def add_parser(subparsers) -> None:
@@ -31,6 +33,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--transplant", action="append", default=None, metavar="A=B",
                         help="edit-retrieval transplant of concept A to concept B of the same type; repeat for "
                              "more (default: a few chosen among same-type concepts the captions mention)")
+    parser.add_argument("--skip-missing", dest="missing_images", action="store_const", const="skip",
+                        help="score the items whose images exist and can be read (same as --missing-images skip)")
     parser.add_argument("--out", required=True, help="results JSON file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     add_progress_argument(parser)
@@ -46,11 +50,14 @@ def run(args: argparse.Namespace) -> int:
         raise LaceInputError(f"{out}: results file exists; pass --overwrite to replace it")
     if out.is_dir():
         raise LaceInputError(f"{out}: expected a results file path, found a folder")
-    encoder = load_encoder(args.model, args.pretrained, device=args.device)
-    results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained, progress=args.progress)
-    atomic_write_json(out, results)
-    for name, figures in results["benchmarks"].items():
-        headline = ", ".join(f"{key} {value:.3f}" for key, value in list(figures.items())[:4] if value is not None)
-        print(f"{name}: {headline}")
+    with removed_on_failure(out.parent):  # bad input: no empty results folder left behind
+        encoder = load_encoder(args.model, args.pretrained, device=args.device)
+        results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained,
+                                 progress=args.progress)
+        atomic_write_json(out, results)
+    for line in results["skipped_images"]:
+        print(line, file=sys.stderr)
+    for line in console_lines(results):
+        print(line)
     print(f"wrote {out}")
     return 0

@@ -7,6 +7,7 @@ import os
 
 from lace.commands.common import add_progress_argument
 from lace.config import add_config_arguments, config_from_args
+from lace.io import removed_on_failure
 from lace.train import TrainConfig, train
 
 TRAIN_FLAGS = {"output": ("--out", "--output")}
@@ -32,7 +33,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(TrainConfig, args, yaml_path=args.config)
-    result = train(config, progress=args.progress)
+    with removed_on_failure(config.output):  # bad input: no half-made run folder left behind
+        result = train(config, progress=args.progress)
     if os.environ.get("RANK", "0") == "0":  # one summary line, from the main process
         print(f"trained {result.steps} steps; checkpoint {result.checkpoint_path}; metrics {result.metrics_path}"
               + (f"; skipped {result.skipped_images} images" if result.skipped_images else ""))

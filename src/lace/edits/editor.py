@@ -34,6 +34,7 @@ from lace.dictionary.concept_dictionary import MODALITIES, ConceptDictionary
 from lace.edits import controls, kernels
 from lace.edits.config import TARGET_MODES, EditConfig
 from lace.edits.kernels import ATTENUATE, REBIND, SWAP
+from lace.edits.names import concept_error
 from lace.edits.planner import EditPlan, EditPlanner
 from lace.edits.rebind import binding_margin
 from lace.edits.records import EDIT_KINDS, NO_EDIT, Counterfactuals, EditRecords
@@ -95,27 +96,38 @@ class CounterfactualEditor:
         source, target = parse_pair(text, "target")
         return self._resolve_pair(source, target)
 
+    @property
+    def editable_concepts(self) -> list[str]:
+        """Names of the concepts owning an atom aligned at `tau_align` (only those can be edited)."""
+        owned = self.labelling.ownership(len(self.directions), self.tau_align).sum(0)
+        return [name for name, count in zip(self.directions.names, owned.tolist()) if count > 0]
+
+    def _concept_index(self, name: str) -> int:
+        if name not in self.directions.names:
+            raise concept_error(name, f"is not one of the {len(self.directions)} known concepts of the dictionary",
+                                self.editable_concepts)
+        return self.directions.index(name)
+
     def _resolve_pair(self, source: str, target: str | None) -> tuple[int, int]:
         if self.config.atom_level:
             raise LaceInputError("named edits act on whole concepts: use atom_level=False")
-        source_index = self.directions.index(source)
+        source_index = self._concept_index(source)
         if target is None:
             target_index = NO_EDIT
         else:
-            target_index = self.directions.index(target)
+            target_index = self._concept_index(target)
             if self.directions.groups[source_index] != self.directions.groups[target_index]:
                 raise input_error(
                     "edit", "target",
                     f"a concept of the same type as '{source}' ({self.directions.groups[source_index]})",
                     f"{target} ({self.directions.groups[target_index]})",
                 )
-        owned = self.labelling.ownership(len(self.directions), self.tau_align).sum(0)
+        editable = self.editable_concepts
         for index in (source_index, target_index):
-            if index >= 0 and owned[index] == 0:
-                raise input_error(
-                    "edit", "concept", f"a concept owning an atom aligned at tau_align={self.tau_align:.3f}",
-                    self.directions.names[index],
-                )
+            if index >= 0 and self.directions.names[index] not in editable:
+                raise concept_error(self.directions.names[index],
+                                    f"owns no atom aligned at tau_align={self.tau_align:.3f}, so it cannot be edited",
+                                    editable)
         return source_index, target_index
 
     # ------------------------------------------------------------ public API

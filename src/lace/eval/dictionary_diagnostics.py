@@ -204,7 +204,8 @@ def dictionary_diagnostics(
     images: (N_img, d) and texts: (N_txt, d) unit embeddings of the set; text_image_index:
     (N_txt,) image row of each caption; captions_per_image: the captions of each image,
     read for concepts with `rule_negatives` (a `RuleNegatives`). `transplants` names the
-    pairs 'a=b' (default: `auto_transplants` chosen by `choose_transplants`).
+    pairs 'a=b' (default: `auto_transplants` chosen by `choose_transplants`; those of them that edit no image
+    are left out and counted in `edit_retrieval/auto_pairs_left_out`, present when some are).
 
     Returns flat figures: `brittleness/counterfactual*/...`, per pair
     `edit_retrieval/<a=b>/<edit>/<share>` (edit: transplant, random, arithmetic; share:
@@ -215,18 +216,24 @@ def dictionary_diagnostics(
     shown, concept_names = caption_concepts(captions_per_image, rule_negatives)  # (N_img, C')
     if transplants:
         check_transplants(labelled, transplants, concept_names)
-    else:
-        transplants = choose_transplants(labelled, shown, concept_names, auto_transplants)
     editor = build_editor(labelled, config)
     figures = {f"brittleness/{key}": value for key, value in counterfactual_brittleness_with_controls(
         editor, images, texts, text_image_index, n_edits=n_edits, seed=seed).items()}
-    figures["edit_retrieval/pairs"] = float(len(transplants))
-    per_pair = []
+    named = bool(transplants)
+    if not named:
+        transplants = choose_transplants(labelled, shown, concept_names, auto_transplants)
+    per_pair, left_out = [], 0
     for pair in transplants:
         pair_figures = transplant_pair_retrieval(labelled, images, shown, concept_names, pair, config, k, seed)
+        if not named and pair_figures["edited"] == 0:  # a pair chosen here that edits nothing says nothing
+            left_out += 1
+            continue
         figures.update({f"edit_retrieval/{pair}/{key}": value for key, value in pair_figures.items()})
         if pair_figures["edited"] > 0:
             per_pair.append(pair_figures)
+    figures["edit_retrieval/pairs"] = float(len(transplants) - left_out)
+    if left_out:
+        figures["edit_retrieval/auto_pairs_left_out"] = float(left_out)
     for name in RETRIEVAL_FIGURES:
         values = [p[name] for p in per_pair if np.isfinite(p[name])]
         figures[f"edit_retrieval/mean/{name}"] = float(np.mean(values)) if values else float("nan")

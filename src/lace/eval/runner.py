@@ -2,7 +2,9 @@
 
 Results (JSON-ready dict):
     {"model", "pretrained", "benchmarks": {name: {metric: value}},
-     "diagnostics": {metric: value}, "config": {...}, "seconds": {...}}
+     "items": {name: {part: {"scored": n, "skipped": n}}}, "skipped_images": [one line per benchmark],
+     "diagnostics": {metric: value}, "diagnostics_skipped": why (only when no diagnostics were measured),
+     "config": {...}, "seconds": {...}}
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class EvalConfig:
     """Karpathy split of --data to evaluate."""
     image_root: str | None = None
     """Folder the --data image paths are relative to (default: beside the file)."""
+    missing_images: str = "error"
+    """Image files of any benchmark that are missing or unreadable: error (name them) or skip (score the items
+    whose images are usable, and report items scored and skipped per file)."""
     sugarcrepe_root: str | None = None
     """Folder with SugarCrepe's seven JSON files (add_att.json, ..., swap_obj.json)."""
     sugarcrepe_images: str | None = None
@@ -140,7 +145,7 @@ BENCHMARK_INPUTS: dict[str, BenchmarkInputs] = {
 
 
 def _load(name: str, config: EvalConfig):
-    benchmark = get_benchmark(name)
+    benchmark = get_benchmark(name, config.missing_images)
     if name not in BENCHMARK_INPUTS:
         raise LaceInputError(f"benchmark {name!r} has no inputs known to lace eval")
     root, options, flag = BENCHMARK_INPUTS[name](config)
@@ -149,6 +154,11 @@ def _load(name: str, config: EvalConfig):
     if "root" in options:  # ARO takes all its inputs as options
         return benchmark, benchmark.load(**options)
     return benchmark, benchmark.load(root, **options)
+
+
+def _retrieval_set(path, split: str | None, config: EvalConfig, image_root: str | None = None):
+    """The image-caption set of `path` under the image policy of `config`."""
+    return get_benchmark("retrieval", config.missing_images).load(path, split=split, image_root=image_root).dataset
 
 
 # Fields that change what is measured but not which images and captions are embedded.
@@ -175,12 +185,19 @@ def _diagnostic_dataset(config: EvalConfig, loaded: dict):
     if "retrieval" in loaded:
         return loaded["retrieval"].dataset
     if config.data is not None:
-        return get_benchmark("retrieval").load(config.data, split=config.split, image_root=config.image_root).dataset
+        return _retrieval_set(config.data, config.split, config, config.image_root)
     if config.world is not None:
         path = Path(config.world) / "karpathy_coco.json"
         if path.is_file():
-            return get_benchmark("retrieval").load(path, split=config.world_split).dataset
+            return _retrieval_set(path, config.world_split, config)
     return None
+
+
+def diagnostics_skipped(config: EvalConfig) -> str:
+    """Why no geometry was measured although diagnostics are on (no image-caption set to measure it on)."""
+    if config.world is not None:
+        return f"--world {config.world} has no karpathy_coco.json to measure the geometry on"
+    return "no image-caption set to measure the geometry on: pass --data (or --world)"
 
 
 def _rule_negatives(config: EvalConfig):
@@ -221,19 +238,23 @@ def run_evaluation(
     if cache_file is not None and cache_file.is_file():
         cache.load(cache_file)
     seconds: dict[str, float] = {}
-    loaded, results = {}, {}
+    benchmarks, loaded, results = {}, {}, {}
     for name in config.benchmarks:  # load all first: a missing file fails before any embedding
-        loaded[name] = _load(name, config)[1]
+        benchmarks[name], loaded[name] = _load(name, config)
+    skipped_images = [line for line in (b.image_summary() for b in benchmarks.values()) if line]
     for name in config.benchmarks:
         start = time.perf_counter()
-        results[name] = _finite(get_benchmark(name).evaluate(encoder, loaded[name], cache=cache, progress=progress))
+        results[name] = _finite(benchmarks[name].evaluate(encoder, loaded[name], cache=cache, progress=progress))
         seconds[name] = round(time.perf_counter() - start, 3)
     diagnostics: dict[str, float | None] = {}
+    skipped_because = None if config.diagnostics else "--no-diagnostics"
     if config.diagnostics:
         start = time.perf_counter()
         dataset = _diagnostic_dataset(config, loaded)
         if dataset is not None:
             diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress, labelled, bank))
+        else:
+            skipped_because = diagnostics_skipped(config)
         seconds["diagnostics"] = round(time.perf_counter() - start, 3)
     if cache_file is not None:
         cache.save(cache_file)
@@ -241,7 +262,10 @@ def run_evaluation(
         "model": model,
         "pretrained": pretrained,
         "benchmarks": results,
+        "items": {name: benchmark.item_counts for name, benchmark in benchmarks.items()},
+        "skipped_images": skipped_images,
         "diagnostics": diagnostics,
+        **({"diagnostics_skipped": skipped_because} if skipped_because else {}),
         "config": config_to_dict(config),
         "seconds": seconds,
     }
@@ -274,7 +298,7 @@ def _load_bank(config: EvalConfig):
         raise LaceInputError(f"--bank-size: expected >= 0 (0 takes all), got {config.bank_size}")
     if config.bank is None:
         return None
-    return get_benchmark("retrieval").load(config.bank, split=config.bank_split).dataset
+    return _retrieval_set(config.bank, config.bank_split, config)
 
 
 def _bank_embeddings(cache: EmbeddingCache, bank, config: EvalConfig):

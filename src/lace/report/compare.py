@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lace.errors import LaceInputError
+from lace.eval.summary import is_score
 from lace.io import atomic_path, read_json
 
 
@@ -66,7 +67,8 @@ def comparison_table(results: list[Results], labels: list[str] | None = None) ->
 
 
 def comparison_chart(results: list[Results], path: str | Path, labels: list[str] | None = None) -> Path:
-    """Grouped bar chart of the benchmark metrics (diagnostics left out: they have other scales)."""
+    """Grouped bar chart of the benchmark scores (diagnostics left out: they have other scales; so are the
+    figures that describe the data, such as the share of same-words items)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,7 +76,8 @@ def comparison_chart(results: list[Results], path: str | Path, labels: list[str]
     import numpy as np
 
     labels = labels or [r.label for r in results]
-    metrics = [key for key in dict.fromkeys(k for r in results for k in r.metrics) if not key.startswith("diagnostics/")]
+    metrics = [key for key in dict.fromkeys(k for r in results for k in r.metrics)
+               if not key.startswith("diagnostics/") and is_score(key)]
     if not metrics:
         raise LaceInputError("no benchmark metrics to chart")
     positions = np.arange(len(metrics))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from lace.data.images import MISSING_IMAGE_POLICIES
 from lace.edits.captions import KINDS as RULE_KINDS
 from lace.edits.config import EditConfig
 from lace.errors import input_error
@@ -12,7 +13,6 @@ from lace.local.config import LocalEditConfig
 
 PRECISIONS = ("auto", "fp32", "bf16")
 COUNTERFACTUAL_SOURCES = ("dictionary", "concept_arithmetic")
-MISSING_IMAGE_POLICIES = ("skip", "error")
 LOSSES = ("auto", "clip", "sigmoid")
 
 
@@ -41,7 +41,8 @@ class TrainConfig(ArmSwitches):
     """Contrastive (fine-)tuning of a dual encoder, with or without LACE negatives."""
 
     # M was TrainConfig.n_edits before it moved into the editor's config: its flag and YAML key keep working
-    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {"edit.n_edits": ("--edit-n-edits", "--n-edits")}
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {"edit.n_edits": ("--edit-n-edits", "--n-edits"),
+                                                         "on_missing_image": ("--missing-images", "--on-missing-image")}
 
     model: str = "lace-tiny"
     """Architecture: an open_clip name (ViT-B-32, lace-tiny, lace-micro-32, ...)."""
@@ -162,7 +163,7 @@ class TrainConfig(ArmSwitches):
     keep_checkpoints: int = 3
     """Complete checkpoints to keep (older ones are removed after a newer one is written; 0: all)."""
     on_missing_image: str = "skip"
-    """Missing or unreadable image: skip (and count it) or error."""
+    """Missing or unreadable image files, found before training starts: skip (named and counted) or error."""
     num_workers: int = 0
     """DataLoader worker processes for image decoding."""
     cache_images: bool = False

@@ -340,18 +340,3 @@ def collate(samples: list[tuple[Tensor, str, int] | None]) -> Batch:
         indices=[s[2] for s in kept],
         skipped=len(samples) - len(kept),
     )
-
-
-def drop_missing_images(dataset: ImageTextDataset, on_missing_image: str) -> tuple[ImageTextDataset, int]:
-    """Remove records whose image file is missing (policy 'skip') or refuse them ('error')."""
-    missing = dataset.missing_images()
-    if not missing:
-        return dataset, 0
-    if on_missing_image == "error":
-        examples = ", ".join(str(dataset.records[i].image_path) for i in missing[:3])
-        raise LaceInputError(
-            f"{dataset.source}: {len(missing)} image file(s) not found (e.g. {examples}); "
-            "fix the paths (--image-root) or pass --on-missing-image skip"
-        )
-    keep = sorted(set(range(len(dataset))) - set(missing))
-    return dataset.subset(keep), len(missing)

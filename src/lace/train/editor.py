@@ -32,7 +32,7 @@ def run_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEdito
     if config.dictionary is None:
         raise LaceInputError(
             "train config: field 'dictionary': expected a fitted dictionary folder when counterfactual_captions "
-            "or counterfactual_images is on (lace dictionary writes one)"
+            "or counterfactual_images is on (`lace dict fit` writes one)"
         )
     folder = Path(config.dictionary)
     dictionary = ConceptDictionary.load(folder)

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 from lace.concepts.vocabulary import load_vocabulary
 from lace.config import config_to_dict
 from lace.data import ImageTextDataset, read_dataset
+from lace.data.images import apply_image_policy
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
 from lace.edits.captions import RuleNegatives
 from lace.encoders import DualEncoder, load_encoder
@@ -59,7 +60,6 @@ from lace.train.data import (
     TopPairs,
     TrainingOrder,
     collate,
-    drop_missing_images,
     pair_keys,
     row_seeds,
 )
@@ -300,9 +300,10 @@ class Trainer:
             dataset = read_dataset(config.data, split=config.split, image_root=config.image_root)
         if not isinstance(dataset, ImageTextDataset):
             raise LaceInputError(f"train(): expected an ImageTextDataset or TensorPairs, got {type(dataset).__name__}")
-        dataset, missing = drop_missing_images(dataset, config.on_missing_image)
+        dataset, check = apply_image_policy(dataset, config.on_missing_image)
+        missing = len(check.bad)
         if missing and self.context.is_main:
-            logger.warning("%s: skipped %d record(s) whose image file is missing", dataset.source, missing)
+            logger.warning("%s", check.summary())
         pairs = ImagePairs(dataset, self.encoder.preprocess_train, config.seed,
                            skip_unreadable=config.on_missing_image == "skip", cache_images=config.cache_images)
         return pairs, missing

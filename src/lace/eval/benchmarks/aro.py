@@ -117,6 +117,7 @@ def _box(item: dict, path: Path, position: int) -> tuple[float, float, float, fl
 @register_benchmark("aro")
 class ARO(Benchmark):
     published_at = "github.com/mertyg/vision-language-models-are-bows"
+    image_folder_flag = "--aro-coco-images or --aro-flickr-images (VG: <aro-root>/images)"
 
     def load(
         self, root: str | Path | None = None, coco_karpathy: str | Path | None = None,
@@ -140,7 +141,7 @@ class ARO(Benchmark):
                                    ("flickr30k_order", flickr_karpathy, flickr_images)):
             if path is not None:
                 order_tagger = order_tagger or _order_tagger(tagger, vocabulary)
-                data[name] = self._load_order(Path(path), images, order_tagger, np.random.default_rng(seed))
+                data[name] = self._load_order(Path(path), images, order_tagger, np.random.default_rng(seed), name)
         return data
 
     def _load_visual_genome(self, root: Path, file_name: str, name: str) -> CaptionChoice:
@@ -161,10 +162,9 @@ class ARO(Benchmark):
                     raise LaceInputError(f"{path}: item {position}: field 'attributes': expected a list of two "
                                          f"attributes (got {attributes!r})")
                 choice.groups.append(f"{attributes[0]}_{attributes[1]}")
-        self.require_images([image for image, _ in choice.images])
-        return choice
+        return self.usable(name, choice, [[image] for image, _ in choice.images])
 
-    def _load_order(self, path: Path, image_root, tagger, rng: np.random.Generator) -> CaptionChoice:
+    def _load_order(self, path: Path, image_root, tagger, rng: np.random.Generator, name: str) -> CaptionChoice:
         self.require_file(path, "Karpathy test JSON", KARPATHY_URL)
         captions_per_image = _karpathy_test_captions(path, image_root)
         choice = CaptionChoice()
@@ -173,8 +173,7 @@ class ARO(Benchmark):
                 choice.images.append((image, None))
                 choice.true_captions.append(pre_caption(caption))
                 choice.alternatives.append([pre_caption(p) for p in order_perturbations(caption, tagger, rng)])
-        self.require_images([image for image, _ in choice.images], "cocodataset.org / Flickr30k (images)")
-        return choice
+        return self.usable(name, choice, [[image] for image, _ in choice.images], "cocodataset.org / Flickr30k (images)")
 
     def evaluate(
         self, encoder: DualEncoder, data: dict[str, CaptionChoice], cache: EmbeddingCache | None = None,

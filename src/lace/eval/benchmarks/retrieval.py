@@ -31,7 +31,8 @@ def dataset_embeddings(cache: EmbeddingCache, dataset: ImageTextDataset) -> tupl
 
 @register_benchmark("retrieval")
 class Retrieval(Benchmark):
-    published_at = "cs.stanford.edu/people/karpathy/deepimagesent (Karpathy splits); cocodataset.org (images)"
+    published_at = None  # the user's own data, or COCO/Flickr30k read as such: no download page to point at
+    image_folder_flag = "--image-root"
 
     def load(self, root: str | Path, split: str | None = "test", image_root: str | Path | None = None,
              recall_ks: tuple[int, ...] = (1, 5, 10)) -> RetrievalData:
@@ -43,7 +44,7 @@ class Retrieval(Benchmark):
             raise LaceInputError(f"{root}: retrieval evaluation reads image files; extract webdataset shards first")
         if not len(dataset):
             raise LaceInputError(f"{root}: no images to evaluate (split {split!r})")
-        self.require_images([record.image_path for record in dataset.records])
+        dataset = self.usable(root.name, dataset, [[str(record.image_path)] for record in dataset.records])
         return RetrievalData(dataset, tuple(recall_ks))
 
     def evaluate(

@@ -4,7 +4,7 @@ Layout: `<root>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_att,sw
 each a dict id -> {"filename", "caption", "negative_caption"}, and the COCO val2017 images
 (default `<root>/val2017`). Score as the authors' `main_eval.py`: share of items with
 s(image, caption) > s(image, negative_caption) (a tie is wrong), per file; `mean` over the
-seven files is lace's addition. So is the split of the two swap files by words (`pairs.same_words_split`):
+seven files (those with items scored, when images are missing and skipped) is lace's addition. So is the split of the two swap files by words (`pairs.same_words_split`):
 `swap_att/same_words`, `swap_att/other`, `swap_att/same_words_share`, the same for `swap_obj`; the files'
 own figures and `mean` stay the authors'.
 """
@@ -34,6 +34,7 @@ COCO_URL = "cocodataset.org (val2017 images)"
 @register_benchmark("sugarcrepe")
 class SugarCrepe(Benchmark):
     published_at = "github.com/RAIVNLab/sugar-crepe"
+    image_folder_flag = "--sugarcrepe-images"
 
     def load(self, root: str | Path, image_root: str | Path | None = None) -> dict[str, PairItems]:
         root = Path(root)
@@ -52,8 +53,7 @@ class SugarCrepe(Benchmark):
                 pairs.image_paths.append(str(image_root / text_field(item, "filename", path, key)))
                 pairs.captions.append(text_field(item, "caption", path, key))
                 pairs.negatives.append(text_field(item, "negative_caption", path, key))
-            self.require_images(pairs.image_paths, COCO_URL)
-            data[name] = pairs
+            data[name] = self.usable(name, pairs, [[path] for path in pairs.image_paths], COCO_URL)
         return data
 
     def evaluate(
@@ -67,6 +67,7 @@ class SugarCrepe(Benchmark):
             figures[name] = pairwise_accuracy(positive, negative)
             if name in SWAP_FILES:
                 split.update(same_words_split((positive > negative).numpy(), items.captions, items.negatives, name))
-        figures["mean"] = sum(figures.values()) / len(figures)
+        scored = [value for name, value in figures.items() if len(data[name].captions)]
+        figures["mean"] = sum(scored) / len(scored) if scored else float("nan")  # over the files with items scored
         return figures | split
 

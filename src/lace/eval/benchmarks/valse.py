@@ -40,6 +40,7 @@ VALIDATED_VOTES = 2  # the authors' filter: mturk["caption"] >= 2 of 3 annotator
 @register_benchmark("valse")
 class VALSE(Benchmark):
     published_at = "github.com/Heidelberg-NLP/VALSE"
+    image_folder_flag = "--valse-images"
 
     def load(self, root: str | Path, image_root: str | Path | None = None, all_items: bool = False
              ) -> dict[str, PairItems]:
@@ -62,8 +63,7 @@ class VALSE(Benchmark):
                 pairs.image_paths.append(str(image))
                 pairs.captions.append(_caption(item, path, key))
                 pairs.negatives.append(text_field(item, "foil", path, key))
-            self.require_images(pairs.image_paths)
-            data[path.stem] = pairs
+            data[path.stem] = self.usable(path.stem, pairs, [[image] for image in pairs.image_paths])
         return data
 
     def evaluate(

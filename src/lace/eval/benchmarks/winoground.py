@@ -63,8 +63,7 @@ class Winoground(Benchmark):
                                    text_field(example, "caption_1", where, "line")))
         if not items.ids:
             raise LaceInputError(f"{path}: no examples")
-        self.require_images([p for pair in items.image_paths for p in pair])
-        return items
+        return self.usable("examples", items, [list(pair) for pair in items.image_paths])
 
     def evaluate(
         self, encoder: DualEncoder, data: WinogroundItems, cache: EmbeddingCache | None = None,

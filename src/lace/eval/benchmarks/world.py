@@ -70,8 +70,8 @@ class World(Benchmark):
                  str(root / text_field(item, "image_1", wino_path, position))))
             data.winoground.captions.append(
                 (text_field(item, "caption_0", wino_path, position), text_field(item, "caption_1", wino_path, position)))
-        self.require_images(data.images + data.negative_images
-                            + [p for pair in data.winoground.image_paths for p in pair])
+        data = self.usable("binding", data, [list(pair) for pair in zip(data.images, data.negative_images)])
+        data.winoground = self.usable("winoground", data.winoground, [list(pair) for pair in data.winoground.image_paths])
         return data
 
     def evaluate(

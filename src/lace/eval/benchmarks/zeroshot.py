@@ -66,8 +66,11 @@ class ZeroShot(Benchmark):
                 raise LaceInputError("zeroshot: a world's tasks bring their own class names and templates; "
                                      "drop the class-name and template files")
             tasks_root = ensure_zeroshot_tasks(root, per_class)
-            return {task.name: read_image_folder(task) for task in sorted(tasks_root.iterdir()) if task.is_dir()}
-        return {root.name: read_image_folder(root, classnames, templates)}
+            tasks = {task.name: read_image_folder(task) for task in sorted(tasks_root.iterdir()) if task.is_dir()}
+        else:
+            tasks = {root.name: read_image_folder(root, classnames, templates)}
+        return {name: self.usable(name, task, [[path] for path in task.image_paths], fields=("image_paths", "labels"))
+                for name, task in tasks.items()}
 
     def evaluate(
         self, encoder: DualEncoder, data: dict[str, ZeroShotTask], cache: EmbeddingCache | None = None,
