@@ -1,0 +1,56 @@
+"""Embed paths: one class per kind of training data, chosen once by the dataset a run is given.
+
+- `PixelPath`: `ImagePairs` (read from `config.data`) or in-memory `TensorPairs`, through the whole encoder;
+- `FeaturePath`: `FeaturePairs`, cached pooled tower features, through the heads of a `lace-towers` encoder;
+- `TopPath`: `TopPairs`, cached inputs of the tower tops, through a trainable `TowersTop`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lace.data import ImageTextDataset, read_dataset
+from lace.distributed import DistributedContext
+from lace.encoders import DualEncoder
+from lace.errors import LaceInputError
+from lace.train.config import TrainConfig
+from lace.train.data import FeaturePairs, ImagePairs, TensorPairs, TopPairs, drop_missing_images
+from lace.train.paths.base import EmbedPath, MicroBatch, Run
+from lace.train.paths.features import FeaturePath
+from lace.train.paths.pixels import PixelPath
+from lace.train.paths.tops import TopPath
+
+logger = logging.getLogger(__name__)
+
+PATHS: dict[type, type[EmbedPath]] = {ImagePairs: PixelPath, TensorPairs: PixelPath, FeaturePairs: FeaturePath,
+                                      TopPairs: TopPath}
+"""The embed path of each kind of training pairs."""
+
+
+def embed_path(run: Run) -> EmbedPath:
+    """The embed path of the run's pairs."""
+    return PATHS[type(run.pairs)](run)
+
+
+def training_pairs(dataset, config: TrainConfig, encoder: DualEncoder,
+                   context: DistributedContext) -> tuple[ImagePairs | TensorPairs | FeaturePairs | TopPairs, int]:
+    """The pairs a run trains on and the count of records skipped for a missing image: `dataset` itself when
+    it is in-memory or cached pairs, else `ImagePairs` over it (None: read `config.data`)."""
+    if isinstance(dataset, (TensorPairs, FeaturePairs, TopPairs)):
+        return dataset, 0
+    if dataset is None:
+        if config.data is None:
+            raise LaceInputError("train config: field 'data': expected a dataset path (--data)")
+        dataset = read_dataset(config.data, split=config.split, image_root=config.image_root)
+    if not isinstance(dataset, ImageTextDataset):
+        raise LaceInputError(f"train(): expected an ImageTextDataset or TensorPairs, got {type(dataset).__name__}")
+    dataset, missing = drop_missing_images(dataset, config.on_missing_image)
+    if missing and context.is_main:
+        logger.warning("%s: skipped %d record(s) whose image file is missing", dataset.source, missing)
+    pairs = ImagePairs(dataset, encoder.preprocess_train, config.seed,
+                       skip_unreadable=config.on_missing_image == "skip", cache_images=config.cache_images)
+    return pairs, missing
+
+
+__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "embed_path",
+           "training_pairs"]
