@@ -33,21 +33,14 @@ from lace.io import atomic_write_json, prepare_output_dir
 from lace.losses import duplicate_pairs
 from lace.train import checkpoints
 from lace.train.config import TrainConfig
-from lace.train.data import (
-    FeaturePairs,
-    RankBatches,
-    TensorPairs,
-    TopPairs,
-    TrainingOrder,
-    pair_keys,
-)
+from lace.train.data import RankBatches, TrainingOrder, pair_keys
 from lace.train.distributed import barrier, gather_with_grad
 from lace.train.interrupt import StopRequest
 from lace.train.loss_choice import choose_loss, contrastive_losses, logit_bias_of
 from lace.train.lost_rank import WatchCollectives
 from lace.train.negatives import Negatives, valid_rows
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
-from lace.train.paths import MicroBatch, Run, embed_path, training_pairs
+from lace.train.paths import MicroBatch, Run, TrainingPairs, embed_path, training_pairs
 from lace.train.rendered import RenderedNegatives
 from lace.train.run_log import METRICS_FILE, _truncate_metrics, log_window, tensorboard_writer
 from lace.train.sources import build_sources
@@ -79,7 +72,7 @@ def resolve_device(device: str) -> str:
 def train(
     config: TrainConfig,
     editor=None,
-    dataset: ImageTextDataset | TensorPairs | FeaturePairs | TopPairs | None = None,
+    dataset: ImageTextDataset | TrainingPairs | None = None,
     progress: bool = True,
     on_batch: Callable[[int, list[int]], None] | None = None,
     local_editor=None,
@@ -208,14 +201,7 @@ class Trainer:
                         loss, stats = self._micro_step(batch, number)
                         (loss / accumulation).backward()
                     window.append(stats)
-                if config.grad_clip_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), config.grad_clip_norm)
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                clamp_logit_scale(self.encoder.logit_scale)
-                self.step += 1
-                dues = [source.after_step(self.step) for source in self.sources]  # every source's upkeep, in order
-                line_due = any(dues)
+                line_due = self._optimiser_step()
                 stop_now = stop.agreed(context)  # Ctrl-C, SIGTERM, SIGUSR1: save this step, then stop
                 checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
                     or self.step == self.total_steps or stop_now
@@ -237,6 +223,17 @@ class Trainer:
         barrier(context)
         return TrainResult(self.encoder, self.run_dir, self.run_dir / METRICS_FILE, self.checkpoint_path,
                            self.step, self.skipped_images, last_metrics)
+
+    def _optimiser_step(self) -> bool:
+        """Clip, step and clamp; then every source's upkeep, in order. True when a source needs a metrics line."""
+        if self.config.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), self.config.grad_clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        clamp_logit_scale(self.encoder.logit_scale)
+        self.step += 1
+        dues = [source.after_step(self.step) for source in self.sources]
+        return any(dues)
 
     # ---- one micro-batch ----------------------------------------------------------------
 

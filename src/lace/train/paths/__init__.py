@@ -22,6 +22,9 @@ from lace.train.paths.tops import TopPath
 
 logger = logging.getLogger(__name__)
 
+TrainingPairs = ImagePairs | TensorPairs | FeaturePairs | TopPairs
+"""What a run trains on: images read through a dataset, in-memory pixels, cached features or cached tower-top inputs."""
+
 PATHS: dict[type, type[EmbedPath]] = {ImagePairs: PixelPath, TensorPairs: PixelPath, FeaturePairs: FeaturePath,
                                       TopPairs: TopPath}
 """The embed path of each kind of training pairs."""
@@ -33,7 +36,7 @@ def embed_path(run: Run) -> EmbedPath:
 
 
 def training_pairs(dataset, config: TrainConfig, encoder: DualEncoder,
-                   context: DistributedContext) -> tuple[ImagePairs | TensorPairs | FeaturePairs | TopPairs, int]:
+                   context: DistributedContext) -> tuple[TrainingPairs, int]:
     """The pairs a run trains on and the count of records skipped for a missing image: `dataset` itself when
     it is in-memory or cached pairs, else `ImagePairs` over it (None: read `config.data`)."""
     if isinstance(dataset, (TensorPairs, FeaturePairs, TopPairs)):
@@ -52,5 +55,5 @@ def training_pairs(dataset, config: TrainConfig, encoder: DualEncoder,
     return pairs, missing
 
 
-__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "embed_path",
+__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "TrainingPairs", "embed_path",
            "training_pairs"]

@@ -7,7 +7,6 @@ embeddings and the logit scale; the sources (`lace.train.sources`) make their ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -105,5 +104,3 @@ class EmbedPath:
         """(n,) texts outside the joint pass -> (n, d) unit embeddings, with gradient when it is on."""
         raise NotImplementedError(f"the {self.name} path encodes no new texts")
 
-
-TextEncoder = Callable[[list[str]], Tensor]

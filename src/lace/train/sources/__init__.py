@@ -39,19 +39,19 @@ def build_sources(run: Run, path: EmbedPath, given: dict[str, Any]) -> list[Nega
     """The sources the run's arm switches on, built in run order, after refusing (`LaceInputError`) what they
     cannot do on `path` or with what `train()` was `given` (editor, local_editor, rendered)."""
     config = run.config
-    names = [f"{source.switch or 'sources'}" for source in SOURCES.values()
-             if source.switched_on(config) and path.name not in source.paths]
-    unknown = [name for name in getattr(config, "sources", ()) if name not in SOURCES]
+    unknown = [name for name in config.sources if name not in SOURCES]
     if unknown:
         raise LaceInputError(f"train config: field 'sources': expected names from {list(SOURCES)}, got {unknown}")
+    off_path = [source.switch or "sources" for source in SOURCES.values()
+                if source.switched_on(config) and path.name not in source.paths]
     wanted = [source for source in SOURCES.values() if source.wanted(config, path)]
     for source in wanted:
         missing = [need for need in source.needs if SOURCES[need] not in wanted]
         if missing:
             raise LaceInputError(f"train config: the {source.name} source needs {missing} switched on")
         source.check(run, path, given)
-    if names:
-        raise LaceInputError(f"{path.where}: fields {names}: expected off (they need pixels or tokens)")
+    if off_path:
+        raise LaceInputError(f"{path.where}: fields {off_path}: expected off (they need pixels or tokens)")
     ordered = sorted(wanted, key=lambda source: source.order)  # stable: registry order within an order
     return [source(run, path, given) for source in ordered]
 

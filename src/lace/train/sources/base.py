@@ -36,7 +36,7 @@ class NegativeSource:
     @classmethod
     def switched_on(cls, config: TrainConfig) -> bool:
         """Whether the arm of `config` asks for this source."""
-        return bool(cls.switch and getattr(config, cls.switch, False)) or cls.name in getattr(config, "sources", ())
+        return bool(cls.switch and getattr(config, cls.switch, False)) or cls.name in config.sources
 
     @classmethod
     def wanted(cls, config: TrainConfig, path: EmbedPath) -> bool:
