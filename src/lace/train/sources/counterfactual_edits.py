@@ -52,9 +52,9 @@ class CounterfactualEdits(NegativeSource):
         if made.caption_negatives is not None:
             negatives.add_captions(made.caption_negatives, made.caption_valid)
         if made.image_negatives is not None:
-            records, names = made.image_records, self.editor.unit_names
+            records, editor = made.image_records, self.editor  # unit names read only when the edits are described
             negatives.add_image_edits(made.image_negatives, made.image_valid, config.edited_image_columns,
-                                      self.describe_edits(micro, lambda: record_changes(records, names)))
+                                      self.describe_edits(micro, lambda: record_changes(records, editor.unit_names)))
 
     def seen(self, gallery_images: Tensor, gallery_texts: Tensor) -> None:
         # the whole global batch in its global order: the refit sees the rows one process would
