@@ -231,3 +231,52 @@ def test_the_writer_check_takes_no_reason(tmp_path):
     (tmp_path / "other.py").write_text(f"def unexplained():\n{body}\n")
     found = long_functions_without_reason(tmp_path, rooms=WRITER_ROOMS, reasons=False)
     assert [entry.split(" ")[1] for entry in found] == ["explained"]
+
+
+SOURCE_REGISTRY = "lace.train.sources"
+REGISTRY_NAMES = {"SOURCES", "build_sources", "register_source", "NegativeSource"}
+"""What train/ may take from the registry: the table, the builder, registration and the interface."""
+
+
+def registry_bypasses(source: Path = SOURCE) -> list[str]:
+    """Modules of train/ other than the registry (`lace.train.sources`) that import a source module, or a source
+    class through the registry: a run must build its sources only through `build_sources`, so the loop never learns
+    which kinds exist. `lace.train.sources.base` (the interface) is open to all."""
+    paths = sorted((source / "train").rglob("*.py"))
+    modules = {_module(path, source) for path in sorted(source.rglob("*.py"))}
+    source_modules = {module for module in modules
+                      if module.startswith(SOURCE_REGISTRY + ".") and module != SOURCE_REGISTRY + ".base"}
+    found = []
+    for path in paths:
+        module = _module(path, source)
+        if module == SOURCE_REGISTRY:
+            continue
+        where = str(path.relative_to(source))
+        found += [f"{where} imports {name}" for name in sorted(_imported_modules(path, modules, source) & source_modules)]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == SOURCE_REGISTRY:
+                found += [f"{where} imports {SOURCE_REGISTRY}.{alias.name}" for alias in node.names
+                          if alias.name not in REGISTRY_NAMES and f"{SOURCE_REGISTRY}.{alias.name}" not in modules]
+    return found
+
+
+def test_train_builds_its_sources_only_through_the_registry():
+    assert (SOURCE / "train" / "sources" / "__init__.py").is_file()
+    assert registry_bypasses() == []
+
+
+def test_the_registry_check_catches_a_source_built_outside_it(tmp_path):
+    sources = tmp_path / "train" / "sources"
+    sources.mkdir(parents=True)
+    (sources / "__init__.py").write_text("from lace.train.sources.toy import Toy\nSOURCES = {'toy': Toy}\n")
+    (sources / "base.py").write_text("class NegativeSource:\n    pass\n")
+    (sources / "toy.py").write_text("from lace.train.sources.base import NegativeSource\nclass Toy(NegativeSource):\n"
+                                    "    pass\n")
+    (tmp_path / "train" / "loop.py").write_text("from lace.train.sources import SOURCES, build_sources\n")
+    assert registry_bypasses(tmp_path) == []
+    (tmp_path / "train" / "loop.py").write_text("from lace.train.sources.toy import Toy\n")
+    (tmp_path / "train" / "paths.py").write_text("def embed():\n    from lace.train.sources import Toy\n")
+    (sources / "other.py").write_text("from lace.train.sources import toy\n")
+    assert registry_bypasses(tmp_path) == ["train/loop.py imports lace.train.sources.toy",
+                                           "train/paths.py imports lace.train.sources.Toy",
+                                           "train/sources/other.py imports lace.train.sources.toy"]

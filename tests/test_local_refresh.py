@@ -24,9 +24,9 @@ from lace.local.state import editor_from_state, editor_state
 from lace.local.transport import GaussianTransport
 from lace.row_random import RowGenerators
 from lace.train import TrainConfig, train
-from lace.train import loop as train_loop
 from lace.train.checkpoints import latest_checkpoint
 from lace.train.loop import Trainer
+from lace.train.sources import local_images as local_source
 from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights
 from tests.towers_support import ONE_PROCESS, TINY_FINETUNE, tiny_pairs
@@ -60,7 +60,7 @@ def weights_of(result) -> dict[str, torch.Tensor]:
 def whole(world, tmp_path_factory):
     """The uninterrupted run, with every fit of the editor and the editor each micro-batch edits with, in order."""
     events = []
-    fit, image_pass = train_loop.build_local_editor, train_loop.LocalImagePass
+    fit, image_pass = local_source.build_local_editor, local_source.LocalImagePass
 
     def fitted(*args, **kwargs):
         editor = fit(*args, **kwargs)
@@ -74,8 +74,8 @@ def whole(world, tmp_path_factory):
 
     run = tmp_path_factory.mktemp("whole") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(train_loop, "build_local_editor", fitted)
-        patch.setattr(train_loop, "LocalImagePass", SeenPass)
+        patch.setattr(local_source, "build_local_editor", fitted)
+        patch.setattr(local_source, "LocalImagePass", SeenPass)
         result = train(local_config(world, run), progress=False)
     return weights_of(result), events, run
 

@@ -186,7 +186,7 @@ class Board:
 
 def test_tensorboard_gets_the_figures_metrics_jsonl_gets(pairs_csv, tmp_path, monkeypatch):
     board = Board()
-    monkeypatch.setattr("lace.train.metrics.open_tensorboard", lambda run_dir: board)
+    monkeypatch.setattr("lace.train.metrics_writer.open_tensorboard", lambda run_dir: board)
     config = TrainConfig(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "run"), steps=2,
                          batch_size=8, log_every=1, device="cpu", seed=3, tensorboard=True)
     train(config, progress=False)

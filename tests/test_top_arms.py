@@ -95,8 +95,8 @@ def test_maps_without_objects_give_invalid_slots_and_the_plain_loss(top, map_edi
     maps = torch.cat([object_maps(2), noise])  # two images with objects, two without
     trainer = top_trainer(top, "LACE-local", tmp_path, local_editor=map_editor)
     with torch.no_grad():
-        U, V, scale, negatives = trainer._embed_tops(
-            TopBatch(maps, np.arange(4), [0, 1, 2, 3]), 0)
+        micro, negatives = trainer.embed(TopBatch(maps, np.arange(4), [0, 1, 2, 3]), 0)
+        U, V, scale = micro.U, micro.V, micro.scale
         assert negatives.caption_negatives is None
         assert negatives.image_valid[:2, 0].all() and not negatives.image_valid[2:].any()
         assert negatives.image_negatives[2:].abs().sum() == 0
@@ -117,7 +117,8 @@ def test_caption_negatives_are_the_rule_rows_and_rows_without_one_are_invalid(to
     trainer = top_trainer(top, "caption negatives", tmp_path, pairs)
     batch = pairs.collate([pairs[sample] for sample in trainer.order.micro_batch(0)])
     with torch.no_grad():
-        _, V, _, negatives = trainer._embed_tops(batch, 0)
+        micro, negatives = trainer.embed(batch, 0)
+        V = micro.V
         assert negatives.image_negatives is None and negatives.caption_negatives.shape == (4, 1, 8)
         assert negatives.caption_valid[:, 0].tolist() == [rule_of[r] >= 0 for r in batch.caption_rows]
         for i, row in enumerate(batch.caption_rows):

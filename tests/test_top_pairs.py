@@ -102,9 +102,11 @@ def test_the_rows_positives_are_the_captions_their_edits_describe_through_the_te
     batch = pairs.collate([pairs[sample] for sample in trainer.order.micro_batch(0)])
     kinds = map_editor.edit(torch.from_numpy(pairs.image_maps[:1].astype(np.float32)), 2).kinds
     assert kinds == ["swap", "transplant"]
+    (rows_source,) = [source for source in trainer.sources if source.name == "pairs rows"]
     with torch.no_grad():
-        _, V, _, negatives = trainer._embed_tops(batch, 0)
-        rows = pair_rows(negatives.edited, trainer._encode_described)
+        micro, negatives = trainer.embed(batch, 0)
+        rows = pair_rows(negatives.edited, rows_source.encode_texts)
+    V = micro.V
     assert negatives.image_negatives is None  # the pairs alone: no columns of the real caption
     colours = image_colours()
     expected = []
@@ -163,7 +165,7 @@ def test_a_described_caption_that_is_also_the_rows_rule_made_negative_is_a_colli
     trainer = top_trainer(top, "LACE-local pairs + caption negatives", tmp_path, pairs, local_editor=map_editor)
     batch = pairs.collate([pairs[sample] for sample in trainer.order.micro_batch(0)])
     with torch.no_grad():
-        _, _, _, negatives = trainer._embed_tops(batch, 0)
+        _, negatives = trainer.embed(batch, 0)
     swapped = negatives.edited[0].valid[:, 0] & torch.tensor([row[0] is not None for row in negatives.edited[0].captions])
     # caption 2i's rule-made negative is its colours exchanged, what a valid swap describes; caption 2i + 1 has none
     expected = int((swapped & torch.from_numpy(batch.caption_rows % 2 == 0)).sum())

@@ -2,7 +2,7 @@
 
 A bar redraws itself with carriage returns, which fill a log file with one long line: bars are drawn only
 when asked for and their stream (stderr) is a terminal, or in a Jupyter notebook (a widget). Long runs print
-plain lines of their own as well (`lace.train.metrics`).
+plain lines of their own as well (`lace.train.metrics_writer`).
 """
 
 from __future__ import annotations

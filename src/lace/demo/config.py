@@ -63,7 +63,7 @@ FINETUNE_SET_BY_THE_DEMO = (
     "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints",
     "counterfactual_captions", "counterfactual_images", "caption_negatives", "paired_caption_directions",
     "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source",
-    "edited_image_rows", "edited_image_columns", "loss")
+    "edited_image_rows", "edited_image_columns", "sources", "loss")
 """Fine-tune fields the demo sets itself: the model, its data and run folders, the batch size, the warm-up (a
 tenth of the steps, at most 50), the seeds, the switches each variant of `lace.experiment.variants` sets (the pairs
 layout's rows and columns too; their weight, `--finetune-edited-rows-weight`, stays a knob), and the loss

@@ -175,7 +175,7 @@ TOPS_SET_BY_STUDY = (
     "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "seed", "edit", "local",
     "vocabulary", "dictionary", "counterfactual_captions", "counterfactual_images", "caption_negatives",
     "paired_caption_directions", "local_image_negatives", "local_caption_swaps", "rendered_negatives",
-    "counterfactual_source", "edited_image_rows", "edited_image_columns", "edited_rows_real_image_negative",
+    "counterfactual_source", "sources", "edited_image_rows", "edited_image_columns", "edited_rows_real_image_negative",
     "edited_rows_train_text", "checkpoint_every", "keep_checkpoints",
     "log_every", "tensorboard", "num_workers", "cache_images", "on_missing_image", "device")
 

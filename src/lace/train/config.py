@@ -119,6 +119,9 @@ class TrainConfig(ArmSwitches):
     rendered_negatives: bool = False
     """Ceiling (shapes world only): each training scene re-rendered with two objects' colours swapped,
     encoded by the image tower, is a text->image negative."""
+    sources: tuple[str, ...] = ()
+    """Further negative sources switched on by their name in `lace.train.sources.SOURCES` (a source without a
+    switch of its own here: one module and one `lace.experiment.variants.VARIANTS` entry)."""
     edited_image_rows: bool = False
     """Pairs layout (TripletCLIP's): every image-side edit the arm makes (LACE's image edits, concept arithmetic,
     paired-caption directions, LACE-local, the rendered ceiling) is also a row of its own, whose positive is the

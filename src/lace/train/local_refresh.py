@@ -5,7 +5,7 @@ The editor (reader and operator, `lace.local.build_local_editor`) is fitted on t
 tower trains they move, and a stale editor finds fewer objects and moves them less faithfully. Every R steps,
 after optimiser step k R, every process refits it on the first `local.fit_images` training images through the
 tower as that step left it (the same weights in every process, in eval mode), so the edits of step k R + 1 onward
-come from the new editor. The fit leaves the run's random stream as it was (`Trainer._fit_local_editor`).
+come from the new editor. The fit leaves the run's random stream as it was (`lace.train.sources.local_images.LocalImageEdits`).
 
 Resume: a refit is a deterministic function of the weights at its step, but a later checkpoint no longer holds
 those weights. The checkpoint therefore holds the fitted editor itself, as plain tensors

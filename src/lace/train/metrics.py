@@ -1,33 +1,25 @@
-"""What a training run logs: a window of figures added up by name, the record of one logged step, and one writer
-for metrics.jsonl, TensorBoard and the console (a start line, then a plain line per logged step, with or without
-a progress bar: docs/logging.md)."""
+"""What a training run logs: a window of figures added up by name (the negative sources' among them), the record
+of one logged step, the check that stops a diverged run, and the lines a resumed run drops. The record goes to
+metrics.jsonl, TensorBoard and the console through one writer (`lace.train.metrics_writer`, docs/logging.md)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Self
 
+from lace.errors import LaceInputError
 from lace.io import atomic_write_text
-from lace.progress import bar
-from lace.provenance import PREFERENCES
 from lace.train.distributed import sum_over_processes
+from lace.train.metrics_writer import MetricsWriter
+from lace.train.pairs import PROVENANCE_FIGURES
 
-logger = logging.getLogger(__name__)
-
-METRICS_FILE = "metrics.jsonl"
-PROVENANCE_FIGURES = (*PREFERENCES, "edit_cosine")
 # What each micro-batch adds to the window: losses, valid negative rows and pair rows, rule collisions, rows
 # trained and images skipped; the provenance figures as sums over the rows measured ("n" of them).
 WINDOW_SUMS = ("loss", "plain_loss", "caption_valid", "image_valid", "pair_valid", "rule_collisions", "samples",
                "skipped", *(f"provenance_{name}" for name in (*PROVENANCE_FIGURES, "n")), "micro_batches")
-# The switches that make an arm, as the start line names them (none of them on: the plain arm).
-ARM_SWITCHES = ("counterfactual_captions", "counterfactual_images", "caption_negatives", "paired_caption_directions",
-                "local_image_negatives", "local_caption_swaps", "rendered_negatives", "edited_image_rows")
 
 
 class MetricWindow:
@@ -85,6 +77,27 @@ def step_record(step: int, epoch: float, totals: Mapping[str, float], seconds: f
     }
 
 
+def log_window(trainer, window: MetricWindow, lr: float, writer: MetricsWriter) -> dict:
+    """Write `window`'s figures as the record of `trainer`'s step (`lace.train.loop.Trainer`: its counters, its
+    model's figures, its sources' `metrics()`), start a new window, and stop a diverged run."""
+    totals = window.totals(trainer.context)
+    trainer.samples_seen += int(totals["samples"])
+    trainer.skipped_images += int(totals["skipped"])
+    config, bias = trainer.config, trainer.logit_bias
+    model = {"lr": lr, "logit_scale": float(trainer.encoder.logit_scale.exp().item()),
+             **({"logit_bias": float(bias.item())} if bias is not None else {})}
+    counters = {"samples_seen": trainer.samples_seen, "skipped_images": trainer.skipped_images,
+                **{name: value for source in trainer.sources for name, value in source.metrics().items()}}
+    epoch = trainer.step * config.grad_accumulation / trainer.order.batches_per_epoch
+    rows = config.edited_image_rows
+    record = step_record(trainer.step, epoch, totals, window.seconds, model, counters, pair_rows=rows,
+                         rule_collisions=rows and config.caption_negatives)
+    writer.write(record)
+    window.reset()
+    refuse_diverged(record, trainer.checkpoint_path)
+    return record
+
+
 def provenance_means(totals: Mapping[str, float]) -> dict[str, float]:
     """Summed provenance figures and their count -> `provenance_<figure>` means (nothing when none was measured)."""
     count = totals["provenance_n"]
@@ -93,91 +106,16 @@ def provenance_means(totals: Mapping[str, float]) -> dict[str, float]:
     return {f"provenance_{name}": totals[f"provenance_{name}"] / count for name in PROVENANCE_FIGURES}
 
 
-class MetricsWriter:
-    """Writes each logged step of a run to `run_dir`/metrics.jsonl, TensorBoard (`tensorboard`) and the console
-    (`console`), and keeps the run's progress bar (drawn when `progress` and stderr is a terminal). Only the main
-    process writes (`main`). Use as a context manager, so the bar and TensorBoard close however the run ends."""
-
-    def __init__(self, run_dir: Path, total_steps: int, first_step: int, *, main: bool = True, progress: bool = True,
-                 tensorboard: bool = False, console: bool = True):
-        self.path = Path(run_dir) / METRICS_FILE
-        self.total_steps, self.main, self.console = total_steps, main, console
-        self.bar = bar(total=total_steps, initial=first_step, enabled=progress and main, desc="train", unit="step")
-        self.board = open_tensorboard(run_dir) if tensorboard and main else None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def say(self, line: str) -> None:
-        """One plain line on stdout (above the bar when one is drawn)."""
-        if not (self.main and self.console):
-            return
-        if not self.bar.disable:
-            self.bar.write(line, file=sys.stdout)
-        else:
-            print(line, flush=True)
-
-    def write(self, record: Mapping) -> None:
-        """Append `record` (one logged step, from `step_record`) to metrics.jsonl and TensorBoard, and say it."""
-        if not self.main:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.board is not None:
-            for key, value in record.items():
-                if key != "step":
-                    self.board.add_scalar(f"train/{key}", value, record["step"])
-        self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
-                             samples_per_s=f"{record['samples_per_second']:.0f}")
-        self.say(step_line(record, self.total_steps))
-
-    def advance(self) -> None:
-        """One step done (the bar moves)."""
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
-        if self.board is not None:
-            self.board.close()
-
-
-def step_line(record: Mapping, total_steps: int) -> str:
-    """The console line of a logged step: `step 4/6  epoch 1.33  loss 2.0794  lr 1.00e-03  96 samples/s`, with the
-    images skipped so far when there are any."""
-    line = (f"step {record['step']}/{total_steps}  epoch {record['epoch']:.2f}  loss {record['loss']:.4f}  "
-            f"lr {record['lr']:.2e}  {record['samples_per_second']:.0f} samples/s")
-    return line + (f"  skipped {record['skipped_images']} images" if record.get("skipped_images") else "")
-
-
-def start_line(config, pairs, total_steps: int, resumed_step: int | None) -> str:
-    """The run's first console line: `train: data pairs.csv (30 rows, 24 images); model lace-micro-32; arm plain;
-    6 steps of 8 pairs`, and `; resumed from step 4` when it carries on from a checkpoint."""
-    n_captions = list(pairs.n_captions)
-    source = getattr(getattr(pairs, "dataset", None), "source", None) or config.data or \
-        f"{type(pairs).__name__} passed in"
-    accumulation = config.grad_accumulation
-    line = (f"train: data {source} ({sum(n_captions)} rows, {len(n_captions)} images); model {config.model}; "
-            f"arm {arm_name(config)}; {total_steps} step{'s' * (total_steps != 1)} of {config.batch_size * accumulation} pairs"
-            + (f" ({accumulation} micro-batches of {config.batch_size})" if accumulation > 1 else ""))
-    return line + (f"; resumed from step {resumed_step}" if resumed_step is not None else "")
-
-
-def arm_name(config) -> str:
-    """The arm's switches that are on, joined by '+' ('plain' when none is)."""
-    return "+".join(name for name in ARM_SWITCHES if getattr(config, name, False)) or "plain"
-
-
-def open_tensorboard(run_dir: Path):
-    """A TensorBoard `SummaryWriter` on `run_dir`/tensorboard, or None (with a warning) when it is not installed."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        logger.warning("tensorboard is not installed; metrics go to %s only", METRICS_FILE)
-        return None
-    return SummaryWriter(str(Path(run_dir) / "tensorboard"))
+def refuse_diverged(record: Mapping, latest: Path | None) -> None:
+    """Stop a run whose logged loss is NaN or inf, before a checkpoint of its weights can be written: every
+    process reads the same summed figures, so all stop together and the latest checkpoint stays finite."""
+    if math.isfinite(record["loss"]):
+        return
+    kept = f"the latest checkpoint, {latest}, is from before" if latest is not None else "no checkpoint was written"
+    raise LaceInputError(
+        f"train: the loss is {record['loss']} at step {record['step']}; the run diverged or its data holds NaN/inf, "
+        f"and {kept}; lower --lr, set --grad-clip-norm, or check the data, then resume or start again"
+    )
 
 
 def truncate_metrics(path: Path, step: int) -> None:

@@ -1,4 +1,5 @@
-"""Extra negatives of one training batch: counterfactual embeddings and rule-made captions.
+"""Extra negatives of one training batch, as the sources (`lace.train.sources`) add them, and the kernels they use:
+counterfactual embeddings, rule-made captions and paired-caption directions.
 
 Counterfactuals come from a `CounterfactualEditor` (`lace.edits`): codes are computed
 without gradient with the frozen dictionary, the edit step is a constant, and the
@@ -18,7 +19,7 @@ from torch import Tensor
 from lace.edits.captions import RuleNegatives
 from lace.edits.records import EditRecords
 from lace.errors import LaceInputError
-from lace.train.pairs import Changes, Describe, EditedImages, record_changes
+from lace.train.pairs import EditedImages
 
 
 @dataclass
@@ -53,69 +54,15 @@ class Negatives:
             self.image_negatives = torch.cat([self.image_negatives, negatives], dim=1)
             self.image_valid = torch.cat([self.image_valid, valid], dim=1)
 
-
-@dataclass
-class BatchSources:
-    """The negatives one micro-batch has made before the arm takes them: each a pair of (B, M, d) unit
-    embeddings and their (B, M) validity, or None where this embed path or arm makes none.
-
-    rule_captions: rule-made captions of each caption (as negatives, or moved onto images as paired
-    directions), with rule_strings (B, R) their texts; local_images / local_captions: LACE-local's edits inside
-    the towers; rendered_images: the renderer's swapped scenes (the ceiling). local_changes / rendered_changes: per
-    row and slot what each image edit changed (`lace.train.pairs.Changes`), for the pairs layout.
-    """
-
-    rule_captions: tuple[Tensor, Tensor] | None = None
-    rule_strings: list[list[str]] | None = None
-    local_images: tuple[Tensor, Tensor] | None = None
-    local_changes: Changes | None = None
-    local_captions: tuple[Tensor, Tensor] | None = None
-    rendered_images: tuple[Tensor, Tensor] | None = None
-    rendered_changes: Changes | None = None
-
-
-def arm_negatives(config, editor, U: Tensor, V: Tensor, generator, made: BatchSources,
-                  describe: Describe | None = None) -> Negatives:
-    """Every extra negative the arm of `config` (a `TrainConfig`) takes for one micro-batch, on any embed path.
-
-    U, V: (B, d) unit embeddings with gradient; editor: the counterfactual editor (None when the arm has none);
-    generator: the editor's per-row draws; describe: writes the captions of image edits (needed when
-    `config.edited_image_rows` is on; given, every image-side source is also kept in `Negatives.edited`). Columns come in one fixed order: the editor's counterfactuals, the
-    rule-made captions (image->text) and paired directions (text->image), LACE-local's image and caption edits,
-    then the rendered swaps. Each image-side source is a text->image column of the real caption (`edited_image_columns`), a row of
-    its own with its described caption (`edited_image_rows`, `Negatives.edited`), or both.
-    """
-    negatives = Negatives()
-    if editor is not None:
-        negatives = counterfactual_negatives(editor, U, V, config.edit.n_edits, config.counterfactual_captions,
-                                             config.counterfactual_images, config.counterfactual_source, generator)
-    image_sides: list[tuple[Tensor, Tensor, Callable[[], list[list[str | None]]]]] = []
-    if negatives.image_negatives is not None:
-        records = negatives.image_records
-        image_sides.append((negatives.image_negatives, negatives.image_valid,
-                            lambda: describe(record_changes(records, editor.unit_names))))
-        negatives.image_negatives = negatives.image_valid = negatives.image_records = None
-    if made.rule_captions is not None:
-        rule_texts, rule_valid = made.rule_captions
-        if config.caption_negatives:
-            negatives.add_captions(rule_texts, rule_valid)
-        if config.paired_caption_directions:
-            image_sides.append((paired_caption_directions(U, V, rule_texts), rule_valid,
-                                lambda: [list(row) for row in made.rule_strings]))
-    if made.local_images is not None:
-        image_sides.append((*made.local_images, lambda: describe(made.local_changes)))
-    if made.local_captions is not None:
-        negatives.add_captions(*made.local_captions)
-    if made.rendered_images is not None:
-        image_sides.append((*made.rendered_images, lambda: describe(made.rendered_changes)))
-    for embeddings, valid, captions in image_sides:
-        if config.edited_image_columns:
-            negatives.add_images(embeddings, valid)
-        if describe is not None:  # rows of their own (edited_image_rows), or read for the provenance figures
-            negatives.edited.append(EditedImages(embeddings, valid, captions()))
-    if negatives.edited and config.caption_negatives and made.rule_strings is not None:
-        negatives.rule_collisions = rule_collisions(negatives.edited, made.rule_strings)
-    return negatives
+    def add_image_edits(self, embeddings: Tensor, valid: Tensor, columns: bool,
+                        captions: Callable[[], list[list[str | None]]] | None) -> None:
+        """One image-side source's (B, M, d) edits and (B, M) validity: text->image columns of the real caption
+        (`columns`, `edited_image_columns`) and, when the micro-batch writes the captions of its edits (`captions`:
+        their per row and slot texts), candidate rows of their own (`edited`: the pairs layout, provenance)."""
+        if columns:
+            self.add_images(embeddings, valid)
+        if captions is not None:
+            self.edited.append(EditedImages(embeddings, valid, captions()))
 
 
 def rule_collisions(edited: list[EditedImages], rule_strings: list[list[str]]) -> int:
@@ -126,6 +73,11 @@ def rule_collisions(edited: list[EditedImages], rule_strings: list[list[str]]) -
                      if ok and text is not None}
         count += bool(described & set(rules))
     return count
+
+
+def valid_rows(valid: Tensor | None) -> Tensor | float:
+    """How many rows of a (B, M) validity have at least one valid slot (0 for None)."""
+    return valid.any(dim=1).sum() if valid is not None else 0.0
 
 
 def dictionary_dim(editor) -> int | None:

@@ -24,6 +24,7 @@ from lace.distributed import DistributedContext
 from lace.edits.captions import RuleNegatives
 from lace.edits.records import EDIT_KINDS, EditRecords
 from lace.losses import pair_loss
+from lace.provenance import PREFERENCES, provenance_preferences
 from lace.train.distributed import gather_with_grad
 
 Changes = list[list["dict[str, str] | None"]]
@@ -118,4 +119,19 @@ def pair_term(rows: PairRows, U: Tensor, V: Tensor, logit_scale: Tensor, logit_b
                      row_offset=offset, rows=total.clamp_min(1), real_images=real_images)
 
 
-__all__ = ["EditedImages", "PairRows", "describe_slots", "pair_rows", "pair_term", "record_changes"]
+PROVENANCE_FIGURES = (*PREFERENCES, "edit_cosine")
+
+
+def provenance_sums(U: Tensor, V: Tensor, rows: PairRows) -> dict[str, float]:
+    """The provenance figures (`lace.provenance`) of a micro-batch's rows with a describable edit, the first
+    such slot of each, as sums over those rows (and their count "n"), so that windows and processes add up."""
+    valid = rows.valid  # (B, P)
+    first = valid.float().argmax(dim=1)  # (B,) the first valid slot (0 where none, masked below)
+    picked = torch.arange(len(first), device=first.device)
+    figures = provenance_preferences(U, V, rows.images[picked, first], rows.captions[picked, first], valid.any(dim=1))
+    count = figures["n"]
+    return {**{name: figures[name] * count if count else 0.0 for name in PROVENANCE_FIGURES}, "n": count}
+
+
+__all__ = ["PROVENANCE_FIGURES", "EditedImages", "PairRows", "describe_slots", "pair_rows", "pair_term",
+           "provenance_sums", "record_changes"]

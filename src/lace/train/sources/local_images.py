@@ -1,0 +1,101 @@
+"""LACE-local's image edits: binding swaps and transplants made inside the image tower (`lace.local`), text->image
+negatives (`local_image_negatives`; `lace.train.local_arm`).
+
+Pixels: the editor is fitted on the first `local.fit_images` training images before the first step (unless one is
+passed in), runs as the encoder's image pass, and is kept up with the tower (`LocalEditorUpkeep`: refits, fidelity,
+its state in checkpoints). Tower tops: a `lace.local.maps.MapEditor` passed in edits the cached maps, and the
+trainable top runs on the edited maps (the maps below the cut are frozen: no upkeep).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lace.concepts.vocabulary import load_vocabulary
+from lace.errors import LaceInputError
+from lace.local import build_local_editor
+from lace.train.data import LOCAL_STREAM
+from lace.train.local_arm import LocalImagePass, map_negatives
+from lace.train.local_refresh import LocalEditorUpkeep, fidelity_probe
+from lace.train.negatives import Negatives
+from lace.train.paths.base import EmbedPath, MicroBatch, Run
+from lace.train.sources.base import NegativeSource
+
+
+class LocalImageEdits(NegativeSource):
+    name = "local image edits"
+    switch = "local_image_negatives"
+    paths = ("pixels", "tops")
+
+    @classmethod
+    def check(cls, run: Run, path: EmbedPath, given: dict[str, Any]) -> None:
+        if path.name != "tops":
+            return
+        if given.get("local_editor") is None:
+            raise LaceInputError(f"{path.where}: field 'local_image_negatives': expected a fitted "
+                                 "lace.local.maps.MapEditor passed in as local_editor (the maps' objects are found on "
+                                 "the cached maps)")
+        upkeep = [f"local.{name}" for name in ("refresh_every", "fidelity_every") if getattr(run.config.local, name)]
+        if upkeep:
+            raise LaceInputError(f"{path.where}: fields {upkeep}: expected 0 (the maps below the cut are frozen, so a "
+                                 "refit would give the same MapEditor; the fidelity needs the pixels)")
+
+    def __init__(self, run: Run, path: EmbedPath, given: dict[str, Any]):
+        super().__init__(run, path, given)
+        self.editor = given.get("local_editor")
+        if self.editor is None:
+            self.editor = self._fit()
+        self.upkeep = None  # refits and fidelity of the editor (pixels only: the cached maps are frozen)
+        if path.name == "pixels":
+            self.upkeep = LocalEditorUpkeep(self.config.local, self._fit,
+                                            fidelity_probe(self.config, run.encoder, run.context.is_main))
+        self.image_pass_made: LocalImagePass | None = None
+
+    def _fit(self):
+        """An editor fitted on the first training images through the tower as it is; the run's random stream is
+        left as it was."""
+        config, encoder = self.config, self.run.encoder
+        pixels, captions = self.path.first_images(config.local.fit_images)
+        normalise = encoder.preprocess.transforms[-1]
+        with torch.random.fork_rng(devices=[]):
+            return build_local_editor(config.local, encoder.model, pixels.to(self.run.device), captions, normalise,
+                                      load_vocabulary(config.vocabulary), seed=config.seed)
+
+    def image_pass(self, micro: MicroBatch) -> LocalImagePass | None:
+        # U and the local negatives come from one pass of the image tower
+        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, self.config.local.n_edits,
+                                              micro.row_seeds(self.config.seed, LOCAL_STREAM))
+        return self.image_pass_made
+
+    def embed(self, micro: MicroBatch) -> None:
+        if self.path.name == "pixels":
+            made = self.image_pass_made
+            self.edits = (made.negatives.float(), made.valid, made.changes)
+        else:
+            top = self.run.encoder
+            self.edits = map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps,
+                                       self.config.local.n_edits, micro.row_seeds(self.config.seed, LOCAL_STREAM))
+
+    def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
+        embeddings, valid, changes = self.edits
+        negatives.add_image_edits(embeddings, valid, self.config.edited_image_columns,
+                                  self.describe_edits(micro, lambda: changes))
+
+    def after_step(self, step: int) -> bool:
+        """Refit the editor when due (`LocalEditorUpkeep`); True when the step's fidelity is due."""
+        if self.upkeep is None:
+            return False
+        self.editor, fidelity_due = self.upkeep.after_step(step, self.editor)
+        return fidelity_due
+
+    def metrics(self) -> dict[str, float]:
+        return self.upkeep.metrics() if self.upkeep is not None else {}
+
+    def state(self) -> dict:
+        return {"local_editor": self.upkeep.state(self.editor)} if self.upkeep is not None else {}
+
+    def restore(self, state: dict) -> None:
+        if self.upkeep is not None:  # the editor in use at the checkpoint, refitted since or not
+            self.editor = self.upkeep.restore(state.get("local_editor"), self.editor)
