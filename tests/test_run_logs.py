@@ -18,6 +18,7 @@ from lace.io import read_json
 from lace.progress import bar
 from lace.train import TensorPairs, TrainConfig, train
 from lace.train.metrics import MetricWindow, step_record
+from lace.train.metrics_writer import arm_name
 from tests.conftest import make_images
 from tests.siglip_support import write_tiny_siglip
 
@@ -210,3 +211,9 @@ def test_window_adds_figures_by_name_over_micro_batches():
     assert record["provenance_edit_cosine"] == pytest.approx(0.9)
     with pytest.raises(KeyError, match="lose"):
         window.add({"lose": 1.0})
+
+
+def test_the_arm_in_the_start_line_names_the_sources_a_config_switches_on_by_name():
+    assert arm_name(TrainConfig(model="lace-micro-32")) == "plain"
+    config = TrainConfig(model="lace-micro-32", caption_negatives=True, sources=("toy nudges",))
+    assert arm_name(config) == "caption_negatives+toy nudges"

@@ -94,8 +94,10 @@ def start_line(config, pairs, total_steps: int, resumed_step: int | None) -> str
 
 
 def arm_name(config) -> str:
-    """The arm's switches that are on, joined by '+' ('plain' when none is)."""
-    return "+".join(name for name in ARM_SWITCHES if getattr(config, name, False)) or "plain"
+    """The arm's switches that are on, then the sources it names (`TrainConfig.sources`), joined by '+' ('plain'
+    when there are none)."""
+    on = [name for name in ARM_SWITCHES if getattr(config, name, False)]
+    return "+".join([*on, *getattr(config, "sources", ())]) or "plain"
 
 
 def open_tensorboard(run_dir: Path):
