@@ -196,7 +196,8 @@ def _edit_grids(labelled, test_images: torch.Tensor, test: SplitFeatures, config
     try:  # the editor of the edit-retrieval figures (`transplant_editor`), at each strength
         grid = edit_grid_stage(labelled, test_images, test.captions, test.caption_image_index, edit, load_image,
                                figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=4, k=6,
-                               config=dataclasses.replace(EditConfig(), kinds=("transplant",), target=f"{source}={target}"))
+                               config=dataclasses.replace(EditConfig(), kinds=("transplant",), target=f"{source}={target}"),
+                               image_names=[Path(path).name for path in test.image_paths])
     except LaceInputError as error:  # e.g. a concept owning no aligned atom: reported, not hidden
         return {edit: {"skipped": str(error)}}
     return {edit: grid}
