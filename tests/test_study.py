@@ -212,12 +212,18 @@ def test_caption_rows_by_image_groups_rows():
     assert [g.tolist() for g in groups] == [[1, 4], [0, 2], [3]]
 
 
-def test_plain_statement_calls_small_differences_noise():
-    summary = {"base": {}, "plain": {"i2t/R@1": {"mean": 0.30, "std": 0.01, "n": 3}},
-               "LACE": {"i2t/R@1": {"mean": 0.305, "std": 0.01, "n": 3}},
-               "rule negatives": {"i2t/R@1": {"mean": 0.20, "std": 0.01, "n": 3}}}
-    lines = plain_statement(summary)
-    assert "no change beyond seed spread" in lines[0] and "worse" in lines[1]
+def test_plain_statement_decides_only_beyond_the_seeds_interval():
+    def runs(*values):
+        return [{"figures": {"i2t/R@1": value, "hubness/i2t/skewness": 1.0 - value}} for value in values]
+
+    finetunes = {"plain": runs(0.29, 0.30, 0.31), "LACE": runs(0.30, 0.315, 0.30),
+                 "rule negatives": runs(0.20, 0.21, 0.19), "one seed": runs(0.40)}
+    lines = plain_statement(finetunes)
+    assert "i2t/R@1 0.305 vs 0.300 (+0.005, not decided, n = 3 runs)" in lines[0]
+    assert "i2t/R@1 0.200 vs 0.300 (-0.100, worse)" in lines[1]
+    assert "hubness/i2t/skewness 0.800 vs 0.700 (+0.100, worse)" in lines[1]  # lower is better
+    assert "(+0.100, not decided, n = 1 run)" in lines[2]  # one seed against three: no interval
+    assert plain_statement({"LACE": runs(0.3)}) == ["No plain fine-tune was run, so nothing is compared."]
 
 
 def test_sugarcrepe_style_items_change_one_thing_and_are_deterministic():

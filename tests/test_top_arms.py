@@ -257,34 +257,48 @@ def test_lace_study_flickr8k_tops_passes_every_flag_it_shows(tmp_path, monkeypat
     assert made.edit == config.edit and made.lr == 0.002 and made.counterfactual_images
 
 
-def _summary(plain: tuple[float, float], local: tuple[float, float], r_at_1: float) -> dict:
-    """Arms' summaries with swap_att = swap_obj = (mean, std) and both R@1 = r_at_1 for LACE-local (plain 0.5)."""
-    def arm(mean_std, recall):
-        swap = {"mean": mean_std[0], "std": mean_std[1], "n": 3}
-        return {"sugarcrepe_style/swap_att": swap, "sugarcrepe_style/swap_obj": swap,
-                "i2t/R@1": {"mean": recall, "std": 0.0, "n": 3}, "t2i/R@1": {"mean": recall, "std": 0.0, "n": 3}}
+def _runs(plain: tuple[float, ...], local: tuple[float, ...], r_at_1: tuple[float, ...]) -> dict[str, list[dict]]:
+    """Per-seed figures: swap_att = swap_obj as given per seed, both R@1 at `r_at_1` for LACE-local (plain 0.5)."""
+    def arm(swaps, recalls):
+        return [{"sugarcrepe_style/swap_att": swap, "sugarcrepe_style/swap_obj": swap, "i2t/R@1": recall,
+                 "t2i/R@1": recall} for swap, recall in zip(swaps, recalls)]
 
-    return {"plain": arm(plain, 0.5), "LACE-local": arm(local, r_at_1)}
+    return {"plain": arm(plain, (0.5,) * len(plain)), "LACE-local": arm(local, r_at_1)}
 
 
-def test_target_checks_compare_the_gain_with_twice_the_seed_spread_and_retrieval_with_two_points():
+def _summary(runs: dict[str, list[dict]]) -> dict:
+    from lace.experiment.summary import summarise_over_seeds
+
+    return summarise_over_seeds(runs, ("sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "i2t/R@1", "t2i/R@1"))
+
+
+def test_target_checks_decide_by_a_bootstrap_interval_over_seeds():
     from lace.study.flickr8k_top_arms import target_checks
 
-    met = target_checks(_summary((0.60, 0.01), (0.63, 0.01), r_at_1=0.485))
-    assert [check["met"] for check in met] == [True, True, True, True]
-    missed = target_checks(_summary((0.60, 0.02), (0.63, 0.01), r_at_1=0.47))
-    assert [check["met"] for check in missed] == [False, False, False, False]
-    assert "+3.0 points, spread 2.0" in missed[0]["measured"]
-    assert target_checks({"plain": {}}) == []
+    # every seed of LACE-local above every seed of plain, retrieval within 2 points at every seed
+    met = target_checks(_runs((0.60, 0.61, 0.59), (0.63, 0.64, 0.62), r_at_1=(0.485, 0.49, 0.488)), "LACE-local")
+    assert [check.status for check in met] == ["met"] * 4
+    assert met[0].text == "LACE-local beats plain on i2t swap_att" and met[0].n == "n = 3 runs"
+    # +3 points on the means, but the seeds overlap: not decided; retrieval 3 points down at every seed: missed
+    mixed = target_checks(_runs((0.58, 0.62, 0.60), (0.66, 0.57, 0.66), r_at_1=(0.47, 0.47, 0.47)), "LACE-local")
+    assert [check.status for check in mixed] == ["not decided", "not decided", "missed", "missed"]
+    assert "LACE-local 0.630 vs plain 0.600 (+0.030)" in mixed[0].evidence
+    assert target_checks({"plain": []}) == []
 
 
 def test_the_arms_table_checks_the_targets_of_every_lace_arm_it_ran():
     from lace.study.flickr8k_top_arms import arms_table
 
-    summary = _summary((0.60, 0.01), (0.63, 0.01), r_at_1=0.485)
-    summary["LACE-local pairs"] = summary["LACE-local"] | {"sugarcrepe_style/swap_att": {"mean": 0.6, "std": 0.0,
-                                                                                          "n": 3}}
-    table = arms_table({"split": "val", "summary": summary})
+    runs = _runs((0.60, 0.61, 0.59), (0.63, 0.64, 0.62), r_at_1=(0.485, 0.49, 0.488))
+    runs["LACE-local pairs"] = [figures | {"sugarcrepe_style/swap_att": 0.55} for figures in runs["LACE-local"]]
+    runs["LACE-local + caption negatives"] = runs["LACE-local"]  # no role: its targets are not checked
+    table = arms_table({"split": "val", "summary": _summary(runs), "runs": runs})
     assert "targets for LACE-local against plain" in table and "targets for LACE-local pairs against plain" in table
-    assert "- met: LACE-local − plain on i2t swap_att" in table
-    assert "- missed: LACE-local pairs − plain on i2t swap_att" in table
+    assert "targets for LACE-local + caption negatives" not in table
+    assert "- met: LACE-local beats plain on i2t swap_att" in table
+    assert "- missed: LACE-local pairs beats plain on i2t swap_att" in table
+    assert "95% interval [" in table and "n = 3 runs" in table
+    single = {arm: figures[:1] for arm, figures in runs.items()}
+    one_seed = arms_table({"split": "val", "summary": _summary(single), "runs": single})
+    assert "| 0.600 (1) |" in one_seed and "± 0.000" not in one_seed  # a single run is no mean ± std
+    assert "- not decided (n = 1 run): LACE-local beats plain on i2t swap_att" in one_seed

@@ -20,17 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lace.demo.pipeline import finetune_folder
-from lace.demo.report import (
+from lace.demo.columns import (
     BINDING_COLUMNS,
     GEOMETRY_COLUMNS,
-    SELECTION_COLUMNS,
     SUMMARY_COLUMNS,
-    VERDICT_NOTE,
-    runs_of,
     seed_values,
     variant_of,
 )
+from lace.demo.pipeline import finetune_folder
+from lace.demo.targets import SELECTION_COLUMNS, VERDICT_NOTE, runs_of
 from lace.errors import LaceInputError, input_error
 from lace.experiment.claims import (
     Run,

@@ -5,82 +5,28 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
-from lace.experiment.claims import (
-    Run,
-    Verdict,
-    assign_roles,
-    check,
-    describe,
-    difference,
-    gap_share,
-    spread,
+from lace.demo.columns import (
+    BINDING_COLUMNS,
+    GEOMETRY_COLUMNS,
+    SUMMARY_COLUMNS,
+    seed_values,
+    variant_of,
 )
+from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
+from lace.demo.targets import VERDICT_NOTE, binding_targets, claims
+from lace.experiment.claims import describe, spread
 from lace.report.document import Report, Table
 from lace.report.experiment_tables import add_edit_grid, wise_ft_table, zeroshot_table
 from lace.report.plots import grouped_bars, nk_histograms
 
-BINDING_COLUMNS = (
-    ("i2t swap-att", "benchmarks", "world", "i2t/swap_attribute"),
-    ("i2t swap-obj", "benchmarks", "world", "i2t/swap_object"),
-    ("i2t swap-rel", "benchmarks", "world", "i2t/swap_relation"),
-    ("i2t repl-att", "benchmarks", "world", "i2t/replace_attribute"),
-    ("i2t repl-obj", "benchmarks", "world", "i2t/replace_object"),
-    ("i2t repl-rel", "benchmarks", "world", "i2t/replace_relation"),
-    ("t2i swap-att", "benchmarks", "world", "t2i/swap_attribute"),
-    ("t2i swap-obj", "benchmarks", "world", "t2i/swap_object"),
-    ("t2i swap-rel", "benchmarks", "world", "t2i/swap_relation"),
-    ("t2i repl-att", "benchmarks", "world", "t2i/replace_attribute"),
-    ("wino text", "benchmarks", "world", "winoground/text"),
-    ("wino image", "benchmarks", "world", "winoground/image"),
-    ("wino group", "benchmarks", "world", "winoground/group"),
-)
-GEOMETRY_COLUMNS = (
-    ("R@1 i2t", "benchmarks", "retrieval", "i2t/R@1"),
-    ("R@1 t2i", "benchmarks", "retrieval", "t2i/R@1"),
-    ("R@5 t2i", "benchmarks", "retrieval", "t2i/R@5"),
-    ("skew N10 i2t", "diagnostics", None, "hubness/i2t/skewness"),
-    ("skew N10 t2i", "diagnostics", None, "hubness/t2i/skewness"),
-    ("hub occ. t2i", "diagnostics", None, "hubness/t2i/hub_occupancy"),
-    ("one-way img", "diagnostics", None, "one_way/image"),
-    ("one-way txt", "diagnostics", None, "one_way/text"),
-    ("brittle rule", "diagnostics", None, "brittleness/rule/all"),
-    ("brittle cf", "diagnostics", None, "brittleness/counterfactual/all"),
-)
-SUMMARY_COLUMNS = (
-    BINDING_COLUMNS[0], BINDING_COLUMNS[1], BINDING_COLUMNS[6], BINDING_COLUMNS[7], BINDING_COLUMNS[12],
-    GEOMETRY_COLUMNS[0], GEOMETRY_COLUMNS[1], GEOMETRY_COLUMNS[4], GEOMETRY_COLUMNS[6],
-)
 CALIBRATION_KEYS = {
     "swap_attribute": "i2t/swap_attribute", "swap_object": "i2t/swap_object",
     "replace_attribute": "i2t/replace_attribute", "replace_relation": "i2t/replace_relation",
 }
-
-
-def metric(split_results: dict, column: tuple) -> float | None:
-    _, section, benchmark, key = column
-    values = split_results[section] if benchmark is None else split_results[section].get(benchmark, {})
-    value = values.get(key)
-    return None if value is None else float(value)
-
-
-def variant_of(model: str) -> str:
-    return model.rsplit(" seed ", 1)[0]
-
-
-def seed_values(evaluations: dict, split: str, columns) -> dict[str, list[list[float]]]:
-    """Per variant, per column: the figure of each of its seeds on `split` (those that have it), in model order."""
-    by_variant: dict[str, list[dict]] = {}
-    for model, results in evaluations.items():
-        by_variant.setdefault(variant_of(model), []).append(results[split])
-    return {variant: [[v for v in (metric(run, column) for run in runs) if v is not None] for column in columns]
-            for variant, runs in by_variant.items()}
 
 
 def aggregate(evaluations: dict, split: str, columns) -> dict[str, list[tuple[float | None, float | None]]]:
@@ -105,90 +51,6 @@ def spread_note(evaluations: dict) -> str:
 def results_table(evaluations: dict, split: str, columns, caption: str) -> Table:
     rows = [[variant] + [_cell(m, s) for m, s in cells] for variant, cells in aggregate(evaluations, split, columns).items()]
     return Table(["model"] + [c[0] for c in columns], rows, caption=f"{caption}; {spread_note(evaluations)}")
-
-
-FIGURES = {column[0]: column for column in BINDING_COLUMNS + GEOMETRY_COLUMNS}
-
-
-def runs_of(evaluations: dict, variant: str, figure: str, split: str) -> list[Run]:
-    """The runs of `variant` holding `figure` (a column name) on `split`, each with its per-item scores where the
-    evaluation kept them (`items` beside `benchmarks`)."""
-    column = FIGURES[figure]
-    runs = []
-    for model, results in evaluations.items():
-        value = metric(results[split], column) if variant_of(model) == variant and split in results else None
-        if value is not None:
-            items = results[split].get("items", {}).get(column[2] or "", {}).get(column[3])
-            runs.append(Run(value, None if items is None else np.asarray(items, dtype=float)))
-    return runs
-
-
-SELECTION_COLUMNS = ("i2t swap-att", "t2i swap-att")
-"""The validation figures whose mean picks the best LACE arm."""
-
-
-def choose_by_figures(mean: Callable[[str, str, str], float | None]) -> Callable[[str, list[str]], str | None]:
-    """choose(role, candidates): the best LACE arm by the validation mean of `SELECTION_COLUMNS`, the ceiling by
-    test t2i swap-att (the harder reference); `mean(variant, figure, split)`."""
-
-    def choose(role: str, candidates: list[str]) -> str | None:
-        columns, split = (SELECTION_COLUMNS, "val") if role == "best" else (("t2i swap-att",), "test")
-        scores = {arm: [mean(arm, column, split) for column in columns] for arm in candidates}
-        scores = {arm: float(np.mean(values)) for arm, values in scores.items() if None not in values}
-        return max(scores, key=scores.get) if scores else None
-
-    return choose
-
-
-def check_targets(evaluations: dict, targets, split: str | None = None) -> list[Verdict]:
-    """`targets` (`lace.experiment.claims.Target`) checked on the demo's runs, arms picked by role."""
-    samples = partial(runs_of, evaluations)
-
-    def mean(variant: str, figure: str, split: str) -> float | None:
-        runs = samples(variant, figure, split)
-        return float(np.mean([run.value for run in runs])) if runs else None
-
-    arms = assign_roles(list(dict.fromkeys(variant_of(model) for model in evaluations)), choose_by_figures(mean))
-    return [check(replace(target, split=split) if split else target, arms, samples) for target in targets]
-
-
-BINDING_TARGETS = tuple(
-    difference(f"{{best}} beats {{plain}} by >= 10 points on {column}", column, "best", "plain", ">=", 0.10)
-    for column in ("i2t swap-att", "t2i swap-att", "i2t swap-obj", "t2i swap-obj")) + (
-    difference("{best} >= {text_only} on text->image swap-attribute", "t2i swap-att", "best", "text_only"),
-    difference("{best_with_text_only} >= {text_only} + 5 points on text->image swap-attribute", "t2i swap-att",
-               "best_with_text_only", "text_only", ">=", 0.05),
-    difference("{best} keeps image->text R@1 within 2 points of {plain}", "R@1 i2t", "best", "plain", ">=", -0.02),
-    difference("{best} keeps text->image R@1 within 2 points of {plain}", "R@1 t2i", "best", "plain", ">=", -0.02),
-    difference("{best} raises Winoground group", "wino group", "best", "plain", ">"),
-    gap_share("{best} closes >= 3/4 of the gap between {plain} and the ceiling on text->image swap-attribute",
-              "t2i swap-att", "best", "plain", "ceiling", 0.75),
-)
-"""The targets of the best LACE arm (chosen on validation), on the in-distribution test split."""
-
-CLAIMS = (
-    difference("LACE beats plain by >= 15 points on image->text swap-attribute", "i2t swap-att", "as_specified",
-               "plain", ">=", 0.15),
-    difference("LACE beats plain by >= 15 points on text->image swap-attribute", "t2i swap-att", "as_specified",
-               "plain", ">=", 0.15),
-    difference("LACE beats caption negatives on text->image swap-attribute", "t2i swap-att", "as_specified",
-               "text_only", ">"),
-    difference("LACE keeps image->text R@1 within 2 points of plain", "R@1 i2t", "as_specified", "plain", ">=", -0.02),
-    difference("LACE keeps text->image R@1 within 2 points of plain", "R@1 t2i", "as_specified", "plain", ">=", -0.02),
-    difference("LACE lowers hubness skewness (captions' top-k of images)", "skew N10 t2i", "as_specified", "plain", "<"),
-    difference("LACE lowers the one-way rate of images", "one-way img", "as_specified", "plain", "<"),
-)
-"""The method's expected effects for LACE as specified."""
-
-
-def binding_targets(evaluations: dict, split: str = "test") -> list[Verdict]:
-    """The targets of the best LACE arm, each checked (`BINDING_TARGETS`)."""
-    return check_targets(evaluations, BINDING_TARGETS, split)
-
-
-def claims(evaluations: dict, split: str = "test") -> list[Verdict]:
-    """The method's expected effects, each checked against the numbers (`CLAIMS`)."""
-    return check_targets(evaluations, CLAIMS, split)
 
 
 def calibration_rows(base_val: dict) -> list[list]:
@@ -270,11 +132,6 @@ def _summary_section(report: Report, summary: dict, out: Path) -> None:
         report.paragraph("Targets of the best LACE arm (chosen on validation by mean swap-attribute, both "
                          "directions), on the in-distribution test split:")
         report.bullets([describe(verdict) for verdict in targets])
-
-
-VERDICT_NOTE = ("A verdict is given only when the 95% bootstrap interval of the compared quantity (resampling test "
-                "items, and seeds where there are several) lies wholly on one side of the threshold; otherwise the "
-                "claim is 'not decided', with the items and runs it rests on.")
 
 
 def _calibration_section(report: Report, summary: dict, out: Path) -> None:

@@ -146,7 +146,7 @@ def check(target: Target, arms: Mapping[str, str | None], samples: Samples, resa
               for terms in (target.terms, target.denominator)]
     roles = list(dict.fromkeys(role for group in groups for role, _, _ in group))
     if any(arms.get(role) is None for role in roles):
-        return Verdict(text, target.split, "not run", " or ".join(arms.get(r) or ROLE_NAMES[r] for r in roles)
+        return Verdict(text, target.split, "not run", " or ".join(ROLE_NAMES[r] for r in roles if not arms.get(r))
                        + " not run")
     runs = {(role, figure): list(samples(arms[role], figure, target.split)) for group in groups
             for role, _, figure in group}
@@ -177,7 +177,7 @@ def _evidence(groups, arms, means, sums, target: Target) -> str:
         return ", ".join(f"{name} {value:.3f}" for name, value in named) + ": " + gap
     if [weight for _, weight, _ in groups[0]] == [1.0, -1.0]:
         return f"{named[0][0]} {named[0][1]:.3f} vs {named[1][0]} {named[1][1]:.3f} ({sums[0]:+.3f})"
-    return ", ".join(f"{name} {value:.3f}" for name, value in named) + f" ({sums[0]:+.3f})"
+    return ", ".join(f"{name} {value:.3f}" for name, value in named) + (f" ({sums[0]:+.3f})" if len(named) > 1 else "")
 
 
 def _count(found: Sequence[Sequence[Run]]) -> str:
