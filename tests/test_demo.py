@@ -207,7 +207,9 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune ceiling (rendered swaps) seed 0.json").read_text())
     assert ceiling["result"]["last_metrics"]["image_negatives_valid_rows"] > 0.5
     report = (tmp_path / "arms" / "report.md").read_text()
-    assert "Targets of the edits inside the towers" in report
+    assert "Targets of the best LACE arm, LACE-local (chosen among those run on validation" in report
+    # plain did not run here: every target of the best arm says so rather than guessing
+    assert "- not run: LACE-local beats plain by >= 10 points on i2t swap-att — plain not run" in report
     # both arms edit images: every model's provenance, measured with one instrument fitted on the base
     assert set(summary["provenance"]) == set(summary["evaluations"])
     for figures in summary["provenance"].values():

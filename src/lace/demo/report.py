@@ -17,7 +17,7 @@ from lace.demo.columns import (
     variant_of,
 )
 from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
-from lace.demo.targets import VERDICT_NOTE, binding_targets, claims
+from lace.demo.targets import VERDICT_NOTE, binding_targets, claims, demo_roles
 from lace.experiment.claims import describe, spread
 from lace.report.document import Report, Table
 from lace.report.experiment_tables import add_edit_grid, wise_ft_table, zeroshot_table
@@ -127,11 +127,11 @@ def _summary_section(report: Report, summary: dict, out: Path) -> None:
     report.heading("What improved and what did not")
     report.paragraph(VERDICT_NOTE)
     report.bullets([describe(verdict, ("held", "did not hold")) for verdict in claims(evaluations)])
-    targets = binding_targets(evaluations)
-    if not all(verdict.status == "not run" for verdict in targets):
-        report.paragraph("Targets of the best LACE arm (chosen on validation by mean swap-attribute, both "
-                         "directions), on the in-distribution test split:")
-        report.bullets([describe(verdict) for verdict in targets])
+    best = demo_roles(evaluations)["best"]
+    if best is not None:
+        report.paragraph(f"Targets of the best LACE arm, {best} (chosen among those run on validation, by mean "
+                         "swap-attribute both ways), on the in-distribution test split:")
+        report.bullets([describe(verdict) for verdict in binding_targets(evaluations)])
 
 
 def _calibration_section(report: Report, summary: dict, out: Path) -> None:

@@ -45,15 +45,18 @@ def choose_by_figures(mean: Callable[[str, str, str], float | None]) -> Callable
     return choose
 
 
-def check_targets(evaluations: dict, targets, split: str | None = None) -> list[Verdict]:
-    """`targets` (`lace.experiment.claims.Target`) checked on the demo's runs, arms picked by role."""
-    samples = partial(runs_of, evaluations)
-
+def demo_roles(evaluations: dict) -> dict[str, str | None]:
+    """Role -> the variant of `evaluations` playing it (`assign_roles`, choosing by `choose_by_figures`)."""
     def mean(variant: str, figure: str, split: str) -> float | None:
-        runs = samples(variant, figure, split)
+        runs = runs_of(evaluations, variant, figure, split)
         return float(np.mean([run.value for run in runs])) if runs else None
 
-    arms = assign_roles(list(dict.fromkeys(variant_of(model) for model in evaluations)), choose_by_figures(mean))
+    return assign_roles(list(dict.fromkeys(variant_of(model) for model in evaluations)), choose_by_figures(mean))
+
+
+def check_targets(evaluations: dict, targets, split: str | None = None) -> list[Verdict]:
+    """`targets` (`lace.experiment.claims.Target`) checked on the demo's runs, arms picked by role."""
+    arms, samples = demo_roles(evaluations), partial(runs_of, evaluations)
     return [check(replace(target, split=split) if split else target, arms, samples) for target in targets]
 
 
