@@ -28,7 +28,7 @@ from lace.demo.columns import (
     variant_of,
 )
 from lace.demo.pipeline import finetune_folder
-from lace.demo.targets import SELECTION_COLUMNS, VERDICT_NOTE, runs_of
+from lace.demo.targets import SELECTION_COLUMNS, VERDICT_NOTE, choose_by_figures, runs_of
 from lace.errors import LaceInputError, input_error
 from lace.experiment.claims import (
     Run,
@@ -295,13 +295,10 @@ def draw_samples(draws: Sequence[Draw]) -> Samples:
 
 def check_draw_targets(draws: Sequence[Draw], best: str | None) -> list[Verdict]:
     """Every target checked on the draws, the arms picked by role (`best` as chosen)."""
-    samples = draw_samples(draws)
-    test = means(draws, "test")
+    samples, pooled = draw_samples(draws), {split: means(draws, split) for split in DRAW_SPLITS}
     ran = list(dict.fromkeys(variant_of(model) for draw in draws for model in draw.summary["evaluations"]))
-    arms = assign_roles(ran, lambda role, candidates: max(
-        (arm for arm in candidates if test(arm, "t2i swap-att") is not None),
-        key=lambda arm: test(arm, "t2i swap-att"), default=None))
-    arms["best"] = best
+    arms = assign_roles(ran, choose_by_figures(lambda arm, figure, split: pooled[split](arm, figure)))
+    arms["best"] = best  # as `choose_best` chose it (or as given)
     twin = with_caption_negatives(best) if best is not None else None
     arms["best_with_text_only"] = twin if twin in ran else None
     return [check(target, arms, samples) for target in BINDING_TARGETS + training_targets(best)]
