@@ -245,7 +245,7 @@ def test_sugarcrepe_style_items_change_one_thing_and_are_deterministic():
 
 
 def test_score_items_counts_strict_wins_per_kind():
-    from lace.study.measure import score_items
+    from lace.study.measure import item_correct, score_items
 
     images = torch.eye(3)[:2]  # (2, 3)
     texts = torch.eye(3)[:2]
@@ -254,6 +254,10 @@ def test_score_items_counts_strict_wins_per_kind():
              {"kind": "replace_att", "image": 1, "caption_row": 1}]
     figures = score_items(images, texts, negatives, items)
     assert figures["swap_obj"] == 1.0 and figures["replace_att"] == 0.0 and figures["mean"] == 0.5
+    # the same wins item by item, kept for the intervals over items
+    correct = item_correct(images, texts, negatives, items)
+    assert {kind: right.tolist() for kind, right in correct.items()} == {"swap_obj": [True, True],
+                                                                         "replace_att": [False]}
 
 
 def test_caption_derived_zeroshot_task_and_its_measurement():

@@ -284,6 +284,12 @@ def test_target_checks_decide_by_a_bootstrap_interval_over_seeds():
     assert [check.status for check in mixed] == ["not decided", "not decided", "missed", "missed"]
     assert "LACE-local 0.630 vs plain 0.600 (+0.030)" in mixed[0].evidence
     assert target_checks({"plain": []}) == []
+    # one seed each, with the measured items kept: +8 points on 400 items is decided by the items alone
+    one_seed = {arm: [figures[0] | {"items": {"sugarcrepe_style/swap_att": [1] * right + [0] * (400 - right)}}]
+                for (arm, figures), right in zip(_runs((0.60,), (0.68,), r_at_1=(0.5,)).items(), (240, 272))}
+    checks = target_checks(one_seed, "LACE-local")
+    assert checks[0].status == "met" and checks[0].n == "n = 400 items × 1 run"
+    assert checks[1].status == "not decided" and checks[1].n == "n = 1 run"  # swap_obj kept no items
 
 
 def test_the_arms_table_checks_the_targets_of_every_lace_arm_it_ran():

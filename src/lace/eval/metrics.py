@@ -89,12 +89,18 @@ def retrieval_recall(
     return recall_from_neighbours(forward.indices, backward.indices, text_image_index, ks)
 
 
-def pairwise_accuracy(positive_scores, negative_scores) -> float:
-    """Share of items whose positive scores strictly above its negative: (n,), (n,) -> float."""
+def pairwise_correct(positive_scores, negative_scores) -> np.ndarray:
+    """Whether each item's positive scores strictly above its negative: (n,), (n,) -> (n,) bool."""
     positive, negative = as_numpy(positive_scores).astype(np.float64), as_numpy(negative_scores).astype(np.float64)
     if positive.shape != negative.shape:
         raise ValueError(f"score shapes differ: {positive.shape} vs {negative.shape}")
-    return float((positive > negative).mean()) if positive.size else float("nan")
+    return positive > negative
+
+
+def pairwise_accuracy(positive_scores, negative_scores) -> float:
+    """Share of items whose positive scores strictly above its negative: (n,), (n,) -> float."""
+    correct = pairwise_correct(positive_scores, negative_scores)
+    return float(correct.mean()) if correct.size else float("nan")
 
 
 def beats_all(true_scores, alternative_scores) -> np.ndarray:

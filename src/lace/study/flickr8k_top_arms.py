@@ -40,7 +40,7 @@ from lace.encoders.towers import (
     save_top_checkpoint,
 )
 from lace.eval.runner import EvalConfig
-from lace.experiment.claims import Run, Verdict, check, describe, difference
+from lace.experiment import claims
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds
 from lace.experiment.variants import ROLE_NAMES, ROLES, variant_config
@@ -62,7 +62,7 @@ from lace.study.flickr8k_top import (
     top_splits,
 )
 from lace.study.heads import train_summary
-from lace.study.measure import score_items, sugarcrepe_style_items
+from lace.study.measure import item_correct, score_items, sugarcrepe_style_items
 from lace.train import TrainConfig
 from lace.train.data import TopPairs
 
@@ -195,9 +195,12 @@ class SplitItems:
     def measure(self, top: TowersTop) -> dict:
         images, texts = embed_top_split(top, self.split)
         negatives = encode_captions(top, self.states, np.arange(len(self.items)), chunk=512)
+        correct = {f"sugarcrepe_style/{kind}": right for kind, right in
+                   item_correct(images, texts, negatives, self.items).items()}
         figures = {f"sugarcrepe_style/{kind}": value for kind, value in score_items(images, texts, negatives,
                                                                                     self.items).items()}
-        figures = {**recall_of(images, texts, self.split), **figures}
+        figures = {**recall_of(images, texts, self.split), **figures,
+                   "items": {name: right.astype(int).tolist() for name, right in correct.items()}}
         if self.zeroshot is not None:  # the user's image folder, through the whole towers and this model's tops
             figures.update({f"zeroshot/{key}": value
                             for key, value in zeroshot_figures(top.encoder, "tops", self.zeroshot).items()})
@@ -316,7 +319,7 @@ def arms_table(result: dict) -> str:
         checks = target_checks(result.get("runs", {}), arm)
         if checks:
             lines += ["", f"The pre-registered Flickr8k targets for {arm} against plain:", ""]
-            lines += [f"- {describe(check)}" for check in checks]
+            lines += [f"- {claims.describe(check)}" for check in checks]
     return "\n".join(lines) + "\n"
 
 
@@ -324,24 +327,28 @@ LACE_ARMS = ROLES["as_specified"] + ROLES["best"]
 """The arms whose targets the table checks: LACE as specified and every arm the best LACE arm is chosen from."""
 
 TOPS_TARGETS = tuple(
-    difference(f"{{best}} beats {{plain}} on i2t {kind}", f"sugarcrepe_style/{kind}", "best", "plain", ">")
+    claims.difference(f"{{best}} beats {{plain}} on i2t {kind}", f"sugarcrepe_style/{kind}", "best", "plain", ">")
     for kind in BINDING_KINDS) + tuple(
-    difference(f"{{best}} keeps {metric} within 2 points of {{plain}}", metric, "best", "plain", ">=", -0.02)
+    claims.difference(f"{{best}} keeps {metric} within 2 points of {{plain}}", metric, "best", "plain", ">=", -0.02)
     for metric in ("i2t/R@1", "t2i/R@1"))
 """The pre-registered Flickr8k targets of a LACE arm against plain, on the measured split."""
 
 
-def target_checks(runs: dict[str, list[dict]], arm: str = "LACE-local") -> list[Verdict]:
+def target_checks(runs: dict[str, list[dict]], arm: str = "LACE-local") -> list[claims.Verdict]:
     """The pre-registered Flickr8k targets of `arm` against plain (`TOPS_TARGETS`), each decided by a bootstrap
-    interval over the seeds' figures (`runs`: arm -> one figures dict per seed). Empty when either arm is missing."""
+    interval over the items (where a run kept them, under `items`) and the seeds (`runs`: arm -> one figures dict
+    per seed). Empty when either arm is missing."""
     if not runs.get(arm) or not runs.get("plain"):
         return []
 
-    def samples(variant: str, figure: str, split: str) -> list[Run]:
-        return [Run(float(figures[figure])) for figures in runs.get(variant, []) if figures.get(figure) is not None]
+    def samples(variant: str, figure: str, split: str) -> list[claims.Run]:
+        found = [(figures[figure], figures.get("items", {}).get(figure)) for figures in runs.get(variant, [])
+                 if figures.get(figure) is not None]
+        return [claims.Run(float(value), None if items is None else np.asarray(items, dtype=float))
+                for value, items in found]
 
     arms = dict.fromkeys(ROLE_NAMES) | {"plain": "plain", "best": arm}
-    return [check(target, arms, samples) for target in TOPS_TARGETS]
+    return [claims.check(target, arms, samples) for target in TOPS_TARGETS]
 
 
 __all__ = ["arm_train_config", "arms_table", "run_tops_study", "target_checks"]
