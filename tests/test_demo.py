@@ -12,6 +12,7 @@ from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.demo.sweep import read_grid, reuse_run, run_sweep, setting_folder
 from lace.demo.targets import binding_targets, claims
 from lace.errors import LaceInputError
+from lace.experiment.protocol import Run
 
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
@@ -56,6 +57,13 @@ def test_report_has_every_table_and_plot(demo):
         assert f"| {variant} |" in report
     assert set(summary["evaluations"]) == {"base", "plain seed 0", "caption negatives seed 0", "LACE seed 0",
                                            "LACE + caption negatives seed 0"}
+    # each run carried as a record beside its label, its model and run folder named by it
+    assert summary["runs"]["LACE + caption negatives seed 0"] == {
+        "arm": "LACE + caption negatives", "seed": 0, "folder": "LACE-plus-caption-negatives-seed0"}
+    assert set(summary["runs"]) == set(summary["evaluations"]) - {"base"}
+    for record in summary["runs"].values():
+        assert (out / "models" / f"finetune-{record['folder']}.pt").is_file()
+        assert (out / "runs" / record["folder"] / "metrics.jsonl").is_file()
     # every stage's CPU time beside its wall time, and how busy the machine was
     assert set(summary["cpu_seconds"]) == set(summary["wall_seconds"])
     assert all(seconds > 0 for seconds in summary["cpu_seconds"].values())
@@ -134,7 +142,7 @@ def test_sweep_reuses_the_base_and_reports_every_setting_on_validation(demo, tmp
     result = run_sweep(TINY, out, read_grid(grid_path), log=lambda _: None)
     for name in ("M = 1", "K = 8"):
         stages = json.loads((setting_folder(out, name) / "results.json").read_text())["reused"]
-        assert stages["world"] and stages["base"] and not stages["finetune LACE seed 0"]
+        assert stages["world"] and stages["base"] and not stages["finetune-LACE-seed0"]
         assert stages["dictionary"] == (name == "M = 1")  # a new size refits the dictionary
     assert set(result["evaluations"]) == {model for model in summary["evaluations"] if model != "base"} | {
         "LACE, M = 1 seed 0", "LACE, K = 8 seed 0"}
@@ -202,9 +210,9 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     assert set(summary["evaluations"]) == {"base"} | {f"{arm} seed 0" for arm in arms}
     for arm in arms:
         metrics = json.loads(
-            (tmp_path / "arms" / "stages" / f"finetune {arm} seed 0.json").read_text())["result"]["last_metrics"]
+            (tmp_path / "arms" / "stages" / f"{Run(arm, 0).stage('finetune')}.json").read_text())["result"]["last_metrics"]
         assert metrics["loss"] > 0
-    ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune ceiling (rendered swaps) seed 0.json").read_text())
+    ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune-ceiling-rendered-swaps-seed0.json").read_text())
     assert ceiling["result"]["last_metrics"]["image_negatives_valid_rows"] > 0.5
     report = (tmp_path / "arms" / "report.md").read_text()
     assert "Targets of the best LACE arm, LACE-local (chosen among those run on validation" in report
@@ -269,7 +277,7 @@ def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_
     assert config.model == "lace-micro-rn-sigmoid-32"  # the default model's twin with a logit bias
     summary = run_demo(config, tmp_path / "sigmoid", log=lambda _: None)
     assert summary["reused"]["world"] and not summary["reused"]["base"]  # another model: its own base
-    for stage in ("base", "finetune plain seed 0", "finetune LACE seed 0"):
+    for stage in ("base", "finetune-plain-seed0", "finetune-LACE-seed0"):
         result = json.loads((tmp_path / "sigmoid" / "stages" / f"{stage}.json").read_text())["result"]
         assert result["train_config"]["loss"] == "sigmoid" and "logit_bias" in result["last_metrics"]
     assert summary["softmax_run"]["same_world"] and summary["softmax_run"]["loss"] == "clip"

@@ -198,6 +198,35 @@ def test_rerun_reuses_every_stage(study):
     assert again["throughput"]["computed_in_this_run"] is False
 
 
+def test_the_editors_n_edits_reaches_every_fine_tune_and_the_measures(study, tmp_path, monkeypatch):
+    """`--edit-n-edits` sets `StudyConfig.edit.n_edits`, the one M of the study: the fine-tunes train with it and
+    counterfactual brittleness measures with it (it once keyed the stages but left training at 4)."""
+    import shutil
+
+    import lace.study.flickr8k as study_module
+    import lace.study.heads as heads_module
+    from lace.edits import EditConfig
+
+    config, _, root = study
+    shutil.copytree(root / "study", tmp_path / "study")  # the fixture's stages (features, base, dictionary) reused
+    trained, measured = [], []
+    real_train, real_measure = heads_module.train, study_module.measure_model
+    monkeypatch.setattr(heads_module, "train", lambda train_config, **inputs: trained.append(
+        train_config.edit.n_edits) or real_train(train_config, **inputs))
+    monkeypatch.setattr(study_module, "measure_model", lambda *args, **kwargs: measured.append(args[6]) or real_measure(
+        *args, **kwargs))
+    run_flickr8k_study(replace(config, out=str(tmp_path / "study"), variants=("LACE",), seeds=1,
+                               edit=EditConfig(n_edits=2)), log=lambda _: None)
+    assert trained == [2] and measured and set(measured) == {2}
+
+
+def test_the_old_n_edits_key_still_sets_the_editors_m():
+    from lace.config import config_from_dict
+
+    config = config_from_dict(StudyConfig, {"data": "d", "out": "o", "n_edits": 3})
+    assert config.edit.n_edits == 3 and not hasattr(config, "n_edits")
+
+
 def test_foreign_folder_is_refused_and_cli_needs_data(tmp_path, monkeypatch):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "file.txt").write_text("x")

@@ -6,19 +6,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from lace.demo.config import DEMO_FINETUNE, DemoConfig
+from lace.edits import EditConfig
 from lace.encoders import load_encoder
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
 from lace.experiment.variants import VARIANTS, variant_config
+from lace.local.config import LocalEditConfig
 from lace.losses import lace_loss
-from lace.study.config import TOP_ARMS, TopsStudyConfig
+from lace.study.config import TOP_ARMS, TOPS_FINETUNE, TopsStudyConfig
 from lace.study.flickr8k_top_arms import arm_train_config
 from lace.study.heads import train_summary
 from lace.train.data import TopBatch, TopPairs
@@ -53,6 +57,25 @@ def test_every_top_arm_is_its_variant_row_on_the_study_finetune(tmp_path):
         for field, value in VARIANTS[name].items():
             assert getattr(made, field) == value if not isinstance(value, dict) else True, (name, field)
         assert made.seed == 1 and made.batch_size == 3 and made.edit == config.edit and made.local == config.local
+
+
+@pytest.mark.parametrize("field, value", [("edit", EditConfig(n_edits=2)), ("local", LocalEditConfig(n_edits=5)),
+                                          ("seed", 3), ("caption_negatives", True)])
+def test_a_finetune_setting_the_study_sets_itself_is_refused_not_overwritten(field, value):
+    """The study trains with its own `edit` and `local` and each arm's switches: the same setting given inside
+    `finetune` is refused rather than silently replaced."""
+    with pytest.raises(LaceInputError, match=rf"field 'finetune\.{field}': expected .*: the study sets it"):
+        TopsStudyConfig(data="d", out="o", finetune=dataclasses.replace(TOPS_FINETUNE, **{field: value}))
+
+
+@pytest.mark.parametrize("field, value", [("seed", 3), ("caption_negatives", True), ("model", "lace-micro-32")])
+def test_the_demo_and_the_tops_study_refuse_a_setting_of_theirs_in_the_same_words(field, value):
+    with pytest.raises(LaceInputError) as tops:
+        TopsStudyConfig(data="d", out="o", finetune=dataclasses.replace(TOPS_FINETUNE, **{field: value}))
+    with pytest.raises(LaceInputError) as demo:
+        DemoConfig(finetune=dataclasses.replace(DEMO_FINETUNE, **{field: value}))
+    pattern = rf"^.+: field 'finetune\.{field}': expected .+: the (study|demo) sets it \(.+\) \(got {value!r}\)$"
+    assert re.match(pattern, str(tops.value)) and re.match(pattern, str(demo.value))
 
 
 @pytest.mark.parametrize("name, field", [("LACE-local + caption swaps", "local_caption_swaps"),
@@ -172,7 +195,8 @@ def tiny_study(data, out, **changes) -> TopsStudyConfig:
 
 
 def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_path):
-    from lace.study.flickr8k_top_arms import arm_slug, run_tops_study
+    from lace.experiment.protocol import Run
+    from lace.study.flickr8k_top_arms import run_tops_study
 
     data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out"
     arms = ("plain", "caption negatives", "LACE-local", "LACE-local pairs + caption negatives")
@@ -182,7 +206,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     written = json.loads((out / "arms-val.json").read_text())
     assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.lr
     assert "| LACE-local |" in (out / "arms-val.md").read_text() and "local_editor" in result
-    stages = {arm: json.loads((out / "stages" / f"train-{arm_slug(arm)}-seed0.json").read_text()) for arm in arms}
+    stages = {arm: json.loads((out / "stages" / f"{Run(arm, 0).stage('train')}.json").read_text()) for arm in arms}
     checkpoints = {arm: out / stage["result"]["checkpoint"] for arm, stage in stages.items()}
     base = load_encoder("lace-towers", pretrained=str(out / "models" / "base.safetensors"))
     for arm, path in checkpoints.items():
@@ -207,7 +231,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     lines.clear()  # another split measures the same models without training them again
     test = run_tops_study(tiny_study(data, out, arms=arms, split="test"), log=lines.append)
     assert [line for line in lines if "running" in line] == ["[test-base] running"] + [
-        f"[test-{arm_slug(arm)}-seed0] running" for arm in arms]
+        f"[{Run(arm, 0).stage('test')}] running" for arm in arms]
     assert test["split"] == "test" and (out / "arms-test.md").is_file()
 
 

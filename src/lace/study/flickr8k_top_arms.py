@@ -41,6 +41,8 @@ from lace.encoders.towers import (
 )
 from lace.eval.runner import EvalConfig
 from lace.experiment import claims
+from lace.experiment.parallel import run_stages
+from lace.experiment.protocol import ArmStages, Measure, Run, by_arm, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds
 from lace.experiment.variants import ROLE_NAMES, ROLES, variant_config
@@ -71,10 +73,6 @@ BINDING_KINDS = ("swap_att", "swap_obj")
 METRICS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj",
            "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel")
 _SHOWN = ("i2t/R@1", "t2i/R@1", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj")
-
-
-def arm_slug(arm: str) -> str:
-    return arm.replace(" + ", "-plus-").replace(" ", "-")
 
 
 def load_top(path: Path) -> TowersTop:
@@ -260,43 +258,53 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     measured = SplitItems(base_top, sources.items_rules, splits[config.split], captions, cache, config)
     measure_key = stage_key(config.split, config.items_per_kind, config.zeroshot_root, config.zeroshot_classnames,
                             config.zeroshot_templates)
-    runs = {"base": [runner.run(f"{config.split}-base", stage_key(base_key, measure_key),
+    figures_by_arm = {"base": [runner.run(f"{config.split}-base", stage_key(base_key, measure_key),
                                 lambda: measured.measure(base_top))]}
-    seconds: dict[str, list[float]] = {}
-    for seed in range(config.seeds):  # every arm of a seed before the next seed: a stopped run still compares them
-        for arm in config.arms:
-            name = f"{arm_slug(arm)}-seed{seed}"
-            checkpoint = out / "models" / f"finetune-{name}.safetensors"
-            train_config = arm_train_config(config, arm, seed, len(finetune_split.image_maps), out / "runs" / name)
-            train_key = stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
-                                  dictionary_key if train_config.uses_counterfactuals else None)
-
-            def train_stage(train_config=train_config, checkpoint=checkpoint) -> dict:
-                model = load_top(base_path)
-                summary = train_summary(train_config, config.progress, **sources.inputs(model, train_config))
-                save_top_checkpoint(model, checkpoint)
-                return {**summary, "checkpoint": str(checkpoint.relative_to(out))}
-
-            trained = runner.run(f"train-{name}", train_key, train_stage)
-            run = runner.run(f"{config.split}-{name}", stage_key(train_key, measure_key),
-                             lambda checkpoint=checkpoint: measured.measure(load_top(checkpoint)))
-            log(f"{arm} seed {seed}: {config.split} " + ", ".join(f"{k} {v:.3f}" for k, v in run.items() if k in _SHOWN))
-            runs.setdefault(arm, []).append(run)
-            seconds.setdefault(arm, []).append(trained["seconds"])
+    arms = _tops_arms(config, out, base_key, base_path, dictionary_key, len(finetune_split.image_maps), sources,
+                      measured, measure_key)
+    results = run_stages(runner, arms.stages(), workers=1)
+    for run, run_figures in arms.results(results, config.split).items():
+        log(f"{run.label}: {config.split} " + ", ".join(f"{k} {v:.3f}" for k, v in run_figures.items() if k in _SHOWN))
+    figures_by_arm.update(by_arm(arms.results(results, config.split)))
+    seconds = {arm: [trained["seconds"] for trained in runs_of_arm]
+               for arm, runs_of_arm in by_arm(arms.results(results)).items()}
     if sources._map_editor is not None or any(variant_config(TrainConfig(), a).local_image_negatives
                                               for a in config.arms):
         figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.local)),
                                              lambda: fit_local_sources(splits["train"], splits["val"], captions,
                                                                        load_vocabulary(config.vocabulary), config,
                                                                        log)[1])
-    metrics = METRICS + tuple(k for k in runs["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
+    metrics = METRICS + tuple(k for k in figures_by_arm["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
     result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
               "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
               "items": len(measured.items), **figures,
-              "summary": summarise_over_seeds(runs, metrics, seconds), "runs": runs}
+              "summary": summarise_over_seeds(figures_by_arm, metrics, seconds), "runs": figures_by_arm}
     atomic_write_json(out / f"arms-{config.split}.json", result)
     atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
     return result
+
+
+def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Path, dictionary_key: str,
+               n_images: int, sources: ArmSources, measured: SplitItems, measure_key: str) -> ArmStages:
+    """Every arm and seed (every arm of a seed before the next seed: a stopped run still compares them) trained
+    from the base and measured on the study's split."""
+    train_configs = {run: arm_train_config(config, run.arm, run.seed, n_images, run.run_folder(out))
+                     for run in runs(config.arms, range(config.seeds), seed_first=True)}
+
+    def train_key(run: Run) -> str:
+        train_config = train_configs[run]
+        return stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
+                         dictionary_key if train_config.uses_counterfactuals else None)
+
+    def train(run: Run) -> dict:
+        model, checkpoint = load_top(base_path), run.model_file(out, ".safetensors")
+        summary = train_summary(train_configs[run], config.progress, **sources.inputs(model, train_configs[run]))
+        save_top_checkpoint(model, checkpoint)
+        return {**summary, "checkpoint": str(checkpoint.relative_to(out))}
+
+    measure = Measure(lambda trained: stage_key(trained, measure_key),
+                      lambda run: measured.measure(load_top(run.model_file(out, ".safetensors"))))
+    return ArmStages(tuple(train_configs), "train", train_key, train, {config.split: measure})
 
 
 def arms_table(result: dict) -> str:

@@ -201,7 +201,7 @@ def _finetunes_section(report: Report, results: dict, out: Path) -> None:
     settings = results["finetune_settings"]
     report.paragraph(
         f"Every fine-tune starts from the base heads and sees the same pairs in the same order: {settings['epochs']} "
-        f"epochs, lr {settings['lr']}, batch {settings['batch_size']}, {results['config']['n_edits']} counterfactual "
+        f"epochs, lr {settings['lr']}, batch {settings['batch_size']}, {results['config']['edit']['n_edits']} counterfactual "
         f"edits per side, frozen dictionary of section 4; {seeds_note(results['config']['seeds'])}.")
     report.table(_variant_table(summary, RETRIEVAL, "Retrieval on test."))
     report.table(_variant_table(summary, GEOMETRY, "Geometry on test (k=10)."))
