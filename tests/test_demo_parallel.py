@@ -41,7 +41,7 @@ def test_stages_side_by_side_give_the_figures_of_one_after_the_other(tmp_path):
     side_by_side = run_demo(replace(TINY, jobs=2), tmp_path, log=lambda _: None)
     assert side_by_side["machine"]["workers"] == 2
     rerun = [name for name, reused in side_by_side["reused"].items() if not reused]
-    assert set(rerun) == removed and {"finetune LACE seed 0", "eval LACE seed 0", "wise_ft"} <= removed
+    assert set(rerun) == removed and {"finetune-LACE-seed0", "eval-LACE-seed0", "wise_ft"} <= removed
     assert _figures(json.loads(json.dumps(side_by_side))) == _figures(json.loads(json.dumps(one_by_one)))
     # the report lists the stages in one order whichever finished first
     assert list(side_by_side["wall_seconds"]) == list(one_by_one["wall_seconds"])

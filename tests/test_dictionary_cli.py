@@ -117,10 +117,13 @@ def test_edit_grid_stage_reports_each_rows_target_count(fitted, tmp_path):
     images = np.array(EmbeddingStore.open(folder / "store").image_embeddings)
     grid = edit_grid_stage(load_labelled_dictionary(folder / "dict"), images, captions, range(len(captions)),
                            "transplant:circle=star", lambda i: Image.new("RGB", (8, 8), (i % 256, 40, 90)),
-                           tmp_path / "figures" / "grid.png", strengths=(1.0, 4.0), n_sources=3, k=5)
+                           tmp_path / "figures" / "grid.png", strengths=(1.0, 4.0), n_sources=3, k=5,
+                           image_names=[f"toy_{i:03d}.png" for i in range(len(captions))])
     shows_star = image_codes[:, names.index("star")] > 0
     first = next(i for i, row in enumerate(image_codes) if row[names.index("circle")] > 0 and not shows_star[i])
     assert grid["figure"] == "grid.png" and grid["rows"][0]["source"] == first
+    # each row names its source image and caption, in the figure and in the table
+    assert grid["rows"][0]["image"] == f"toy_{first:03d}.png" and grid["rows"][0]["caption"] == captions[first]
     for row in grid["rows"]:
         assert row["target_count"] == int(shows_star[row["neighbours"]].sum())
     report = Report("grid")

@@ -198,6 +198,35 @@ def test_rerun_reuses_every_stage(study):
     assert again["throughput"]["computed_in_this_run"] is False
 
 
+def test_the_editors_n_edits_reaches_every_fine_tune_and_the_measures(study, tmp_path, monkeypatch):
+    """`--edit-n-edits` sets `StudyConfig.edit.n_edits`, the one M of the study: the fine-tunes train with it and
+    counterfactual brittleness measures with it (it once keyed the stages but left training at 4)."""
+    import shutil
+
+    import lace.study.flickr8k as study_module
+    import lace.study.heads as heads_module
+    from lace.edits import EditConfig
+
+    config, _, root = study
+    shutil.copytree(root / "study", tmp_path / "study")  # the fixture's stages (features, base, dictionary) reused
+    trained, measured = [], []
+    real_train, real_measure = heads_module.train, study_module.measure_model
+    monkeypatch.setattr(heads_module, "train", lambda train_config, **inputs: trained.append(
+        train_config.edit.n_edits) or real_train(train_config, **inputs))
+    monkeypatch.setattr(study_module, "measure_model", lambda *args, **kwargs: measured.append(args[6]) or real_measure(
+        *args, **kwargs))
+    run_flickr8k_study(replace(config, out=str(tmp_path / "study"), variants=("LACE",), seeds=1,
+                               edit=EditConfig(n_edits=2)), log=lambda _: None)
+    assert trained == [2] and measured and set(measured) == {2}
+
+
+def test_the_old_n_edits_key_still_sets_the_editors_m():
+    from lace.config import config_from_dict
+
+    config = config_from_dict(StudyConfig, {"data": "d", "out": "o", "n_edits": 3})
+    assert config.edit.n_edits == 3 and not hasattr(config, "n_edits")
+
+
 def test_foreign_folder_is_refused_and_cli_needs_data(tmp_path, monkeypatch):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "file.txt").write_text("x")
@@ -212,12 +241,18 @@ def test_caption_rows_by_image_groups_rows():
     assert [g.tolist() for g in groups] == [[1, 4], [0, 2], [3]]
 
 
-def test_plain_statement_calls_small_differences_noise():
-    summary = {"base": {}, "plain": {"i2t/R@1": {"mean": 0.30, "std": 0.01, "n": 3}},
-               "LACE": {"i2t/R@1": {"mean": 0.305, "std": 0.01, "n": 3}},
-               "rule negatives": {"i2t/R@1": {"mean": 0.20, "std": 0.01, "n": 3}}}
-    lines = plain_statement(summary)
-    assert "no change beyond seed spread" in lines[0] and "worse" in lines[1]
+def test_plain_statement_decides_only_beyond_the_seeds_interval():
+    def runs(*values):
+        return [{"figures": {"i2t/R@1": value, "hubness/i2t/skewness": 1.0 - value}} for value in values]
+
+    finetunes = {"plain": runs(0.29, 0.30, 0.31), "LACE": runs(0.30, 0.315, 0.30),
+                 "rule negatives": runs(0.20, 0.21, 0.19), "one seed": runs(0.40)}
+    lines = plain_statement(finetunes)
+    assert "i2t/R@1 0.305 vs 0.300 (+0.005, not decided, n = 3 runs)" in lines[0]
+    assert "i2t/R@1 0.200 vs 0.300 (-0.100, worse)" in lines[1]
+    assert "hubness/i2t/skewness 0.800 vs 0.700 (+0.100, worse)" in lines[1]  # lower is better
+    assert "(+0.100, not decided, n = 1 run)" in lines[2]  # one seed against three: no interval
+    assert plain_statement({"LACE": runs(0.3)}) == ["No plain fine-tune was run, so nothing is compared."]
 
 
 def test_sugarcrepe_style_items_change_one_thing_and_are_deterministic():
@@ -239,7 +274,7 @@ def test_sugarcrepe_style_items_change_one_thing_and_are_deterministic():
 
 
 def test_score_items_counts_strict_wins_per_kind():
-    from lace.study.measure import score_items
+    from lace.study.measure import item_correct, score_items
 
     images = torch.eye(3)[:2]  # (2, 3)
     texts = torch.eye(3)[:2]
@@ -248,6 +283,10 @@ def test_score_items_counts_strict_wins_per_kind():
              {"kind": "replace_att", "image": 1, "caption_row": 1}]
     figures = score_items(images, texts, negatives, items)
     assert figures["swap_obj"] == 1.0 and figures["replace_att"] == 0.0 and figures["mean"] == 0.5
+    # the same wins item by item, kept for the intervals over items
+    correct = item_correct(images, texts, negatives, items)
+    assert {kind: right.tolist() for kind, right in correct.items()} == {"swap_obj": [True, True],
+                                                                         "replace_att": [False]}
 
 
 def test_caption_derived_zeroshot_task_and_its_measurement():

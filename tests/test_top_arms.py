@@ -6,19 +6,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from lace.demo.config import DEMO_FINETUNE, DemoConfig
+from lace.edits import EditConfig
 from lace.encoders import load_encoder
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import encode_captions
 from lace.errors import LaceInputError
 from lace.experiment.variants import VARIANTS, variant_config
+from lace.local.config import LocalEditConfig
 from lace.losses import lace_loss
-from lace.study.config import TOP_ARMS, TopsStudyConfig
+from lace.study.config import TOP_ARMS, TOPS_FINETUNE, TopsStudyConfig
 from lace.study.flickr8k_top_arms import arm_train_config
 from lace.study.heads import train_summary
 from lace.train.data import TopBatch, TopPairs
@@ -53,6 +57,25 @@ def test_every_top_arm_is_its_variant_row_on_the_study_finetune(tmp_path):
         for field, value in VARIANTS[name].items():
             assert getattr(made, field) == value if not isinstance(value, dict) else True, (name, field)
         assert made.seed == 1 and made.batch_size == 3 and made.edit == config.edit and made.local == config.local
+
+
+@pytest.mark.parametrize("field, value", [("edit", EditConfig(n_edits=2)), ("local", LocalEditConfig(n_edits=5)),
+                                          ("seed", 3), ("caption_negatives", True)])
+def test_a_finetune_setting_the_study_sets_itself_is_refused_not_overwritten(field, value):
+    """The study trains with its own `edit` and `local` and each arm's switches: the same setting given inside
+    `finetune` is refused rather than silently replaced."""
+    with pytest.raises(LaceInputError, match=rf"field 'finetune\.{field}': expected .*: the study sets it"):
+        TopsStudyConfig(data="d", out="o", finetune=dataclasses.replace(TOPS_FINETUNE, **{field: value}))
+
+
+@pytest.mark.parametrize("field, value", [("seed", 3), ("caption_negatives", True), ("model", "lace-micro-32")])
+def test_the_demo_and_the_tops_study_refuse_a_setting_of_theirs_in_the_same_words(field, value):
+    with pytest.raises(LaceInputError) as tops:
+        TopsStudyConfig(data="d", out="o", finetune=dataclasses.replace(TOPS_FINETUNE, **{field: value}))
+    with pytest.raises(LaceInputError) as demo:
+        DemoConfig(finetune=dataclasses.replace(DEMO_FINETUNE, **{field: value}))
+    pattern = rf"^.+: field 'finetune\.{field}': expected .+: the (study|demo) sets it \(.+\) \(got {value!r}\)$"
+    assert re.match(pattern, str(tops.value)) and re.match(pattern, str(demo.value))
 
 
 @pytest.mark.parametrize("name, field", [("LACE-local + caption swaps", "local_caption_swaps"),
@@ -173,7 +196,8 @@ def tiny_study(data, out, **changes) -> TopsStudyConfig:
 
 
 def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_path):
-    from lace.study.flickr8k_top_arms import arm_slug, run_tops_study
+    from lace.experiment.protocol import Run
+    from lace.study.flickr8k_top_arms import run_tops_study
 
     data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out"
     arms = ("plain", "caption negatives", "LACE-local", "LACE-local pairs + caption negatives")
@@ -183,7 +207,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     written = json.loads((out / "arms-val.json").read_text())
     assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.lr
     assert "| LACE-local |" in (out / "arms-val.md").read_text() and "local_editor" in result
-    stages = {arm: json.loads((out / "stages" / f"train-{arm_slug(arm)}-seed0.json").read_text()) for arm in arms}
+    stages = {arm: json.loads((out / "stages" / f"{Run(arm, 0).stage('train')}.json").read_text()) for arm in arms}
     checkpoints = {arm: out / stage["result"]["checkpoint"] for arm, stage in stages.items()}
     base = load_encoder("lace-towers", pretrained=str(out / "models" / "base.safetensors"))
     for arm, path in checkpoints.items():
@@ -208,7 +232,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     lines.clear()  # another split measures the same models without training them again
     test = run_tops_study(tiny_study(data, out, arms=arms, split="test"), log=lines.append)
     assert [line for line in lines if "running" in line] == ["[test-base] running"] + [
-        f"[test-{arm_slug(arm)}-seed0] running" for arm in arms]
+        f"[{Run(arm, 0).stage('test')}] running" for arm in arms]
     assert test["split"] == "test" and (out / "arms-test.md").is_file()
 
 
@@ -258,34 +282,54 @@ def test_lace_study_flickr8k_tops_passes_every_flag_it_shows(tmp_path, monkeypat
     assert made.edit == config.edit and made.lr == 0.002 and made.counterfactual_images
 
 
-def _summary(plain: tuple[float, float], local: tuple[float, float], r_at_1: float) -> dict:
-    """Arms' summaries with swap_att = swap_obj = (mean, std) and both R@1 = r_at_1 for LACE-local (plain 0.5)."""
-    def arm(mean_std, recall):
-        swap = {"mean": mean_std[0], "std": mean_std[1], "n": 3}
-        return {"sugarcrepe_style/swap_att": swap, "sugarcrepe_style/swap_obj": swap,
-                "i2t/R@1": {"mean": recall, "std": 0.0, "n": 3}, "t2i/R@1": {"mean": recall, "std": 0.0, "n": 3}}
+def _runs(plain: tuple[float, ...], local: tuple[float, ...], r_at_1: tuple[float, ...]) -> dict[str, list[dict]]:
+    """Per-seed figures: swap_att = swap_obj as given per seed, both R@1 at `r_at_1` for LACE-local (plain 0.5)."""
+    def arm(swaps, recalls):
+        return [{"sugarcrepe_style/swap_att": swap, "sugarcrepe_style/swap_obj": swap, "i2t/R@1": recall,
+                 "t2i/R@1": recall} for swap, recall in zip(swaps, recalls)]
 
-    return {"plain": arm(plain, 0.5), "LACE-local": arm(local, r_at_1)}
+    return {"plain": arm(plain, (0.5,) * len(plain)), "LACE-local": arm(local, r_at_1)}
 
 
-def test_target_checks_compare_the_gain_with_twice_the_seed_spread_and_retrieval_with_two_points():
+def _summary(runs: dict[str, list[dict]]) -> dict:
+    from lace.experiment.summary import summarise_over_seeds
+
+    return summarise_over_seeds(runs, ("sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "i2t/R@1", "t2i/R@1"))
+
+
+def test_target_checks_decide_by_a_bootstrap_interval_over_seeds():
     from lace.study.flickr8k_top_arms import target_checks
 
-    met = target_checks(_summary((0.60, 0.01), (0.63, 0.01), r_at_1=0.485))
-    assert [check["met"] for check in met] == [True, True, True, True]
-    missed = target_checks(_summary((0.60, 0.02), (0.63, 0.01), r_at_1=0.47))
-    assert [check["met"] for check in missed] == [False, False, False, False]
-    assert "+3.0 points, spread 2.0" in missed[0]["measured"]
-    assert target_checks({"plain": {}}) == []
+    # every seed of LACE-local above every seed of plain, retrieval within 2 points at every seed
+    met = target_checks(_runs((0.60, 0.61, 0.59), (0.63, 0.64, 0.62), r_at_1=(0.485, 0.49, 0.488)), "LACE-local")
+    assert [check.status for check in met] == ["met"] * 4
+    assert met[0].text == "LACE-local beats plain on i2t swap_att" and met[0].n == "n = 3 runs"
+    # +3 points on the means, but the seeds overlap: not decided; retrieval 3 points down at every seed: missed
+    mixed = target_checks(_runs((0.58, 0.62, 0.60), (0.66, 0.57, 0.66), r_at_1=(0.47, 0.47, 0.47)), "LACE-local")
+    assert [check.status for check in mixed] == ["not decided", "not decided", "missed", "missed"]
+    assert "LACE-local 0.630 vs plain 0.600 (+0.030)" in mixed[0].evidence
+    assert target_checks({"plain": []}) == []
+    # one seed each, with the measured items kept: +8 points on 400 items is decided by the items alone
+    one_seed = {arm: [figures[0] | {"items": {"sugarcrepe_style/swap_att": [1] * right + [0] * (400 - right)}}]
+                for (arm, figures), right in zip(_runs((0.60,), (0.68,), r_at_1=(0.5,)).items(), (240, 272))}
+    checks = target_checks(one_seed, "LACE-local")
+    assert checks[0].status == "met" and checks[0].n == "n = 400 items × 1 run"
+    assert checks[1].status == "not decided" and checks[1].n == "n = 1 run"  # swap_obj kept no items
 
 
 def test_the_arms_table_checks_the_targets_of_every_lace_arm_it_ran():
     from lace.study.flickr8k_top_arms import arms_table
 
-    summary = _summary((0.60, 0.01), (0.63, 0.01), r_at_1=0.485)
-    summary["LACE-local pairs"] = summary["LACE-local"] | {"sugarcrepe_style/swap_att": {"mean": 0.6, "std": 0.0,
-                                                                                          "n": 3}}
-    table = arms_table({"split": "val", "summary": summary})
+    runs = _runs((0.60, 0.61, 0.59), (0.63, 0.64, 0.62), r_at_1=(0.485, 0.49, 0.488))
+    runs["LACE-local pairs"] = [figures | {"sugarcrepe_style/swap_att": 0.55} for figures in runs["LACE-local"]]
+    runs["LACE-local + caption negatives"] = runs["LACE-local"]  # no role: its targets are not checked
+    table = arms_table({"split": "val", "summary": _summary(runs), "runs": runs})
     assert "targets for LACE-local against plain" in table and "targets for LACE-local pairs against plain" in table
-    assert "- met: LACE-local − plain on i2t swap_att" in table
-    assert "- missed: LACE-local pairs − plain on i2t swap_att" in table
+    assert "targets for LACE-local + caption negatives" not in table
+    assert "- met: LACE-local beats plain on i2t swap_att" in table
+    assert "- missed: LACE-local pairs beats plain on i2t swap_att" in table
+    assert "95% interval [" in table and "n = 3 runs" in table
+    single = {arm: figures[:1] for arm, figures in runs.items()}
+    one_seed = arms_table({"split": "val", "summary": _summary(single), "runs": single})
+    assert "| 0.600 (1) |" in one_seed and "± 0.000" not in one_seed  # a single run is no mean ± std
+    assert "- not decided (n = 1 run): LACE-local beats plain on i2t swap_att" in one_seed

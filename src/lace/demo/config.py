@@ -10,6 +10,7 @@ from lace.edits.config import EditConfig
 from lace.edits.records import EDIT_KINDS
 from lace.errors import input_error
 from lace.experiment.dictionary import DictionaryConfig
+from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig
 from lace.train.config import TrainConfig
@@ -60,14 +61,12 @@ DEMO_FINETUNE = TrainConfig(steps=250, lr=5e-4, edit=EditConfig(kinds=EDIT_KINDS
 CPU, one checkpoint at the end."""
 FINETUNE_SET_BY_THE_DEMO = (
     "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "batch_size",
-    "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints",
-    "counterfactual_captions", "counterfactual_images", "caption_negatives", "paired_caption_directions",
-    "local_image_negatives", "local_caption_swaps", "rendered_negatives", "counterfactual_source",
-    "edited_image_rows", "edited_image_columns", "sources", "loss")
+    "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints", "loss", "sources",
+    *ARM_SWITCHES)
 """Fine-tune fields the demo sets itself: the model, its data and run folders, the batch size, the warm-up (a
-tenth of the steps, at most 50), the seeds, the switches each variant of `lace.experiment.variants` sets (the pairs
-layout's rows and columns too; their weight, `--finetune-edited-rows-weight`, stays a knob), and the loss
-(`DemoConfig.loss`, the base's too)."""
+tenth of the steps, at most 50), the seeds, the loss (`DemoConfig.loss`, the base's too), and the switches each arm
+of `lace.experiment.variants` sets (`ARM_SWITCHES`; the pairs layout's weight, `--finetune-edited-rows-weight`,
+stays a knob)."""
 
 
 @dataclass
@@ -143,13 +142,10 @@ class DemoConfig:
 
     def __post_init__(self):
         check_variants(self.only_variants, "DemoConfig", "only_variants")
-        for part, default, names in (("dictionary", DEMO_DICTIONARY, SET_BY_THE_DEMO),
-                                     ("finetune", DEMO_FINETUNE, FINETUNE_SET_BY_THE_DEMO)):
-            for name in names:
-                value = getattr(getattr(self, part), name)
-                if value != getattr(default, name):
-                    raise input_error("DemoConfig", f"{part}.{name}", f"{getattr(default, name)!r}: the demo sets it "
-                                      "(its world, model, batch size, seeds and each variant's switches)", value)
+        why = "its world, model, batch size, seeds and each arm's switches"
+        refuse_set_fields("DemoConfig", "dictionary", self.dictionary, DEMO_DICTIONARY, SET_BY_THE_DEMO, "the demo", why)
+        refuse_set_fields("DemoConfig", "finetune", self.finetune, DEMO_FINETUNE, FINETUNE_SET_BY_THE_DEMO, "the demo",
+                          why)
         if self.jobs < 0:
             raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
         if self.loss not in DEMO_LOSSES:

@@ -172,7 +172,8 @@ def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_d
         grids[pair] = edit_grid_stage(
             labelled, gallery, dataset.captions, dataset.caption_image_index, f"transplant:{pair}",
             dataset.load_image, figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=n_sources, k=k,
-            seed=config.seed, config=dataclasses.replace(config.finetune.edit, kinds=("transplant",), target=pair))
+            seed=config.seed, config=dataclasses.replace(config.finetune.edit, kinds=("transplant",), target=pair),
+            image_names=[Path(record.image_path).name for record in dataset.records])
     return grids
 
 

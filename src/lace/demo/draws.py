@@ -20,16 +20,28 @@ from pathlib import Path
 
 import numpy as np
 
-from lace.demo.pipeline import finetune_folder
-from lace.demo.report import (
+from lace.demo.columns import (
     BINDING_COLUMNS,
     GEOMETRY_COLUMNS,
     SUMMARY_COLUMNS,
     seed_values,
     variant_of,
 )
+from lace.demo.pipeline import finetune_folder
+from lace.demo.targets import SELECTION_COLUMNS, VERDICT_NOTE, choose_by_figures, runs_of
 from lace.errors import LaceInputError, input_error
-from lace.experiment.variants import VARIANTS
+from lace.experiment.claims import (
+    Run,
+    Samples,
+    Target,
+    Verdict,
+    assign_roles,
+    check,
+    difference,
+    gap_share,
+    spread,
+)
+from lace.experiment.variants import ROLES, VARIANTS, with_caption_negatives
 from lace.io import atomic_write_json, atomic_write_text, read_json
 from lace.report.document import Report, Table
 
@@ -41,10 +53,7 @@ SAME_IN_EVERY_DRAW = ("seed", "world_images", "image_size", "model", "loss", "ba
                       "dictionary", "finetune")
 """Demo settings every draw shares (besides the world): what a draw varies is the base's pretraining seed; the
 variants run and the number of fine-tune seeds may differ."""
-SELECTION_COLUMNS = ("i2t swap-att", "t2i swap-att")
-"""The validation figures whose mean picks the best LACE arm."""
 SWAP_FAMILIES = ("i2t swap-att", "t2i swap-att", "i2t swap-obj", "t2i swap-obj")
-PLAIN, RULES, CEILINGS = "plain", "caption negatives", ("ceiling (rendered swaps)", "ceiling pairs")
 PROBE_AUC_LIMIT = 0.65
 PREFERS_EDITED = "provenance_edited_caption_prefers_edited_image"
 
@@ -102,24 +111,6 @@ class Pooled:
     across_seeds: float | None
     draws: int
     runs: int
-
-
-@dataclass
-class Target:
-    """One pre-registered target: met (None: not checked), margin (how far past, +, or short of, -, its threshold,
-    in the figure's units), the figures behind it, and its status: met, missed, not run (its arms were not run)
-    or not measured (they ran without logging the figure)."""
-
-    text: str
-    split: str
-    met: bool | None
-    margin: float | None
-    evidence: str
-    status: str = ""
-
-    def __post_init__(self):
-        if not self.status:
-            self.status = "not run" if self.met is None else "met" if self.met else "missed"
 
 
 def _base_figures(summary: dict) -> dict:
@@ -194,9 +185,8 @@ def pooled_figures(draws: Sequence[Draw], split: str, columns=FIGURES) -> dict[s
         for c in range(len(columns)):
             runs = [values[variant][c] for values in per_draw if variant in values and values[variant][c]]
             pooled = [value for run in runs for value in run]
-            spreads = [float(np.std(run)) for run in runs if len(run) > 1]
-            row.append(Pooled(float(np.mean(pooled)) if pooled else None,
-                              float(np.std([np.mean(run) for run in runs])) if len(runs) > 1 else None,
+            spreads = [spread(run) for run in runs if len(run) > 1]
+            row.append(Pooled(float(np.mean(pooled)) if pooled else None, spread([np.mean(run) for run in runs]),
                               float(np.mean(spreads)) if spreads else None, len(runs), len(pooled)))
         table[variant] = row
     return table
@@ -217,7 +207,7 @@ def means(draws: Sequence[Draw], split: str) -> Means:
 
 def choose_best(draws: Sequence[Draw], best: str | None = None) -> tuple[str | None, str]:
     """The LACE arm the targets are checked for, and how it was chosen: `best` when given (a variant the draws
-    ran), else the pairs arm without caption negatives (`LACE... pairs...`) with the best validation mean of
+    ran), else the arm of role `best` (`lace.experiment.variants.ROLES`) with the best validation mean of
     image->text and text->image swap-attribute; None when no such arm was run."""
     run = list(dict.fromkeys(variant_of(model) for draw in draws for model in draw.summary["evaluations"]))
     if best is not None:
@@ -226,66 +216,47 @@ def choose_best(draws: Sequence[Draw], best: str | None = None) -> tuple[str | N
         return best, "given"
     get = means(draws, "val")
     scores = {}
-    for variant in run:
-        if variant.startswith("LACE") and "pairs" in variant and "caption negatives" not in variant:
-            values = [get(variant, column) for column in SELECTION_COLUMNS]
-            if None not in values:
-                scores[variant] = float(np.mean(values))
+    for variant in (arm for arm in ROLES["best"] if arm in run):
+        values = [get(variant, column) for column in SELECTION_COLUMNS]
+        if None not in values:
+            scores[variant] = float(np.mean(values))
     if not scores:
-        return None, "no LACE pairs arm was run (name the arm with --best)"
+        return None, "no LACE arm of the role 'best' was run (name the arm with --best)"
     chosen = max(scores, key=scores.get)
     return chosen, "validation mean of i2t and t2i swap-attribute: " + ", ".join(
         f"{variant} {score:.3f}" for variant, score in sorted(scores.items(), key=lambda item: -item[1]))
 
 
-def _difference(text: str, split: str, get: Means, left: str | None, right: str, column: str,
-                threshold: float) -> Target:
-    """`text` checked as left - right >= threshold on `column`'s means; margin: how far past the threshold."""
-    a, b = (get(left, column) if left is not None else None), get(right, column)
-    if a is None or b is None:
-        return Target(text, split, None, None, f"{left or 'the best LACE arm'} or {right} not run")
-    difference = a - b
-    return Target(text, split, bool(difference >= threshold), difference - threshold,
-                  f"{left} {a:.3f} vs {right} {b:.3f} ({difference:+.3f})")
+BINDING_TARGETS = tuple(
+    difference(f"{{best}} beats {{plain}} by >= 10 points on {column}", column, "best", "plain", ">=", 0.10)
+    for column in SWAP_FAMILIES) + (
+    difference("{best} >= {text_only} on t2i swap-att", "t2i swap-att", "best", "text_only"),
+) + tuple(difference(f"{{best}} keeps {column} within 2 points of {{plain}}", column, "best", "plain", ">=", -0.02)
+          for column in ("R@1 i2t", "R@1 t2i")) + tuple(
+    difference(f"{{best}} beats {{text_only}} by >= 10 points on {column} (held-out colour-shape pairs)", column,
+               "best", "text_only", ">=", 0.10, "test_comp") for column in SELECTION_COLUMNS) + tuple(
+    difference(f"no interference: {{best_with_text_only}} beats {{text_only}} by >= 3 points on {column}", column,
+               "best_with_text_only", "text_only", ">=", 0.03, split)
+    for split in ("test", "test_comp") for column in SWAP_FAMILIES) + (
+    gap_share("the best LACE arm closes >= 3/4 of the gap between plain and the ceiling on t2i swap-att",
+              "t2i swap-att", "best", "plain", "ceiling", 0.75),
+)
+"""The pre-registered targets on the benchmark figures, over draws x seeds."""
 
 
-def binding_targets_over_draws(draws: Sequence[Draw], best: str | None) -> list[Target]:
-    """The pre-registered targets on the benchmark figures (means over draws x seeds)."""
-    test, comp = means(draws, "test"), means(draws, "test_comp")
-    arm = best or "the best LACE arm"
-    targets = [_difference(f"{arm} beats plain by >= 10 points on {column}", "test", test, best, PLAIN, column,
-                           0.10) for column in SWAP_FAMILIES]
-    targets.append(_difference(f"{arm} >= caption negatives on t2i swap-att", "test", test, best, RULES,
-                               "t2i swap-att", 0.0))
-    targets += [_difference(f"{arm} keeps {column} within 2 points of plain", "test", test, best, PLAIN, column,
-                            -0.02) for column in ("R@1 i2t", "R@1 t2i")]
-    targets += [_difference(f"{arm} beats caption negatives by >= 10 points on {column} (held-out colour-shape "
-                            "pairs)", "test_comp", comp, best, RULES, column, 0.10)
-                for column in SELECTION_COLUMNS]
-    both = f"{best} + caption negatives" if best is not None else None
-    for split, get in (("test", test), ("test_comp", comp)):
-        targets += [_difference(f"no interference: {both or 'the best arm + caption negatives'} beats caption "
-                                f"negatives by >= 3 points on {column}", split, get, both, RULES, column, 0.03)
-                    for column in SWAP_FAMILIES]
-    targets.append(_ceiling_target(test, best))
-    return targets
-
-
-def _ceiling_target(get: Means, best: str | None) -> Target:
-    """(best - plain) >= 3/4 of (the better ceiling - plain) on text->image swap-attribute; met only where the
-    ceiling beats plain."""
-    text = "the best LACE arm closes >= 3/4 of the gap between plain and the ceiling on t2i swap-att"
-    ceilings = {name: get(name, "t2i swap-att") for name in CEILINGS if get(name, "t2i swap-att") is not None}
-    values = [get(best, "t2i swap-att") if best is not None else None, get(PLAIN, "t2i swap-att")]
-    if None in values or not ceilings:
-        return Target(text, "test", None, None, f"{best or 'the best LACE arm'}, plain or a ceiling not run")
-    ceiling = max(ceilings, key=ceilings.get)
-    gap, closed = ceilings[ceiling] - values[1], values[0] - values[1]
-    evidence = (f"plain {values[1]:.3f}, {best} {values[0]:.3f}, {ceiling} {ceilings[ceiling]:.3f}: "
-                + (f"{closed / gap:.2f} of a {gap:+.3f} gap" if gap > 0 else f"the ceiling does not beat plain "
-                   f"({gap:+.3f})"))
-    return Target(text, "test", bool(gap > 0 and closed >= 0.75 * gap), closed - 0.75 * gap if gap > 0 else None,
-                  evidence)
+def training_targets(best: str | None) -> tuple[Target, ...]:
+    """The editor's valid rows kept over training, and the provenance figures of the best arm: the figure of the
+    editor's rows is the pairs layout's where the arm trains on edited rows."""
+    rows = "pair_rows_valid" if best is not None and VARIANTS[best].get("edited_image_rows") else \
+        "image_negatives_valid_rows"
+    return (
+        Target(f"editor: {rows} of {{best}} at the last logged step >= 90% of the first's", rows,
+               (("best", 1.0, f"{rows} last"), ("best", -0.9, f"{rows} first")), ">=", 0.0, "train"),
+        Target("provenance: the edited captions of {best} prefer their edited image >= half the time at the end",
+               f"{PREFERS_EDITED} last", (("best", 1.0),), ">=", 0.5, "train"),
+        Target(f"provenance: real-vs-edited probe AUC of {{best}} <= {PROBE_AUC_LIMIT} (local edits of test images)",
+               "probe_auc", (("best", 1.0),), "<=", PROBE_AUC_LIMIT, "test"),
+    )
 
 
 def _logged(draws: Sequence[Draw], variant: str, figure: str) -> list[tuple[float, float]]:
@@ -304,44 +275,33 @@ def _logged(draws: Sequence[Draw], variant: str, figure: str) -> list[tuple[floa
     return found
 
 
-def training_targets(draws: Sequence[Draw], best: str | None) -> list[Target]:
-    """The editor's valid rows kept over training, and the provenance figures of the best arm."""
-    if best is None:
-        return [Target(text, split, None, None, "the best LACE arm not run") for text, split in (
-            ("editor: valid rows at the last logged step >= 90% of the first's", "train"),
-            ("provenance: edited captions prefer their edited image >= half the time at the end", "train"),
-            (f"provenance: real-vs-edited probe AUC <= {PROBE_AUC_LIMIT}", "test"))]
-    figure = "pair_rows_valid" if VARIANTS[best].get("edited_image_rows") else "image_negatives_valid_rows"
-    rows = _logged(draws, best, figure)
-    editor = Target(f"editor: {figure} of {best} at the last logged step >= 90% of the first's", "train", None, None,
-                    f"no metrics.jsonl of {best} logs {figure}", "not measured")
-    if rows:
-        first, last = (float(np.mean(values)) for values in zip(*rows))
-        editor = Target(editor.text, "train", bool(last >= 0.9 * first), last - 0.9 * first,
-                        f"first {first:.3f}, last {last:.3f} ({last / first if first else float('nan'):.2f} of it; "
-                        f"{len(rows)} fine-tunes)")
-    logged = _logged(draws, best, PREFERS_EDITED)
-    prefers = Target(f"provenance: the edited captions of {best} prefer their edited image >= half the time at the end",
-                     "train", None, None, f"no metrics.jsonl of {best} logs {PREFERS_EDITED} (no edit of a logged "
-                     "step had a caption)", "not measured")
-    if logged:
-        last = float(np.mean([value for _, value in logged]))
-        prefers = Target(prefers.text, "train", bool(last >= 0.5), last - 0.5,
-                         f"last logged {last:.3f} ({len(logged)} fine-tunes)")
-    return [editor, prefers, _probe_target(draws, best)]
+def draw_samples(draws: Sequence[Draw]) -> Samples:
+    """samples(arm, figure, split) over every draw: a benchmark figure of the demo's tables, `<logged> first` or
+    `<logged> last` (a fine-tune's metrics.jsonl), or `probe_auc` (the demo's provenance stage)."""
+
+    def samples(variant: str, figure: str, split: str) -> list[Run]:
+        if figure in COLUMNS:
+            return [run for draw in draws for run in runs_of(draw.summary["evaluations"], variant, figure, split)]
+        if figure == "probe_auc":
+            return [Run(figures["local"]["probe_auc"]) for draw in draws
+                    for model, figures in draw.summary.get("provenance", {}).items()
+                    if variant_of(model) == variant and model != "base"
+                    and figures["local"].get("probe_auc") is not None]
+        logged, end = figure.rsplit(" ", 1)
+        return [Run(pair[0 if end == "first" else 1]) for pair in _logged(draws, variant, logged)]
+
+    return samples
 
 
-def _probe_target(draws: Sequence[Draw], best: str) -> Target:
-    """The held-out probe's AUC of real against locally edited test images (the demo's provenance stage)."""
-    text = f"provenance: real-vs-edited probe AUC of {best} <= {PROBE_AUC_LIMIT} (local edits of test images)"
-    values = [figures["local"]["probe_auc"] for draw in draws
-              for model, figures in draw.summary.get("provenance", {}).items()
-              if variant_of(model) == best and model != "base" and figures["local"].get("probe_auc") is not None]
-    if not values:
-        return Target(text, "test", None, None, f"no probe AUC of {best} (the demo's provenance stage)", "not measured")
-    auc = float(np.mean(values))
-    return Target(text, "test", bool(auc <= PROBE_AUC_LIMIT), PROBE_AUC_LIMIT - auc,
-                  f"AUC {auc:.3f} ({len(values)} fine-tunes)")
+def check_draw_targets(draws: Sequence[Draw], best: str | None) -> list[Verdict]:
+    """Every target checked on the draws, the arms picked by role (`best` as chosen)."""
+    samples, pooled = draw_samples(draws), {split: means(draws, split) for split in DRAW_SPLITS}
+    ran = list(dict.fromkeys(variant_of(model) for draw in draws for model in draw.summary["evaluations"]))
+    arms = assign_roles(ran, choose_by_figures(lambda arm, figure, split: pooled[split](arm, figure)))
+    arms["best"] = best  # as `choose_best` chose it (or as given)
+    twin = with_caption_negatives(best) if best is not None else None
+    arms["best_with_text_only"] = twin if twin in ran else None
+    return [check(target, arms, samples) for target in BINDING_TARGETS + training_targets(best)]
 
 
 def combine_draws(draws: Sequence[Draw], best: str | None = None) -> dict:
@@ -355,8 +315,7 @@ def combine_draws(draws: Sequence[Draw], best: str | None = None) -> dict:
         "best": {"variant": chosen, "chosen_by": how},
         "figures": {split: {variant: {COLUMN_NAMES[c]: asdict(cell) for c, cell in enumerate(row)}
                             for variant, row in pooled_figures(draws, split).items()} for split in DRAW_SPLITS},
-        "targets": [asdict(target) for target in binding_targets_over_draws(draws, chosen)
-                    + training_targets(draws, chosen)],
+        "targets": [verdict.record() for verdict in check_draw_targets(draws, chosen)],
     }
 
 
@@ -368,21 +327,30 @@ def _cell(figure: dict) -> str | None:
     return f"{figure['mean']:.3f} {spreads}"
 
 
+def _interval(interval: list | None) -> str:
+    """"[lo, hi]" of a verdict's record ("-inf" where every resample lacked a gap to close); "" without one."""
+    ends = ["-inf" if end is None else f"{end:+.3f}" for end in interval or ()]
+    return f"[{', '.join(ends)}]" if ends else ""
+
+
 def draws_report(result: dict) -> Report:
     """The markdown/HTML report of `combine_draws`'s result: targets first, then every split's tables."""
     report = Report("LACE over base draws")
     report.paragraph(
         f"{len(result['runs'])} demo runs on one world, {len(result['base_seeds'])} base draws (pretraining seeds "
         f"{', '.join(map(str, result['base_seeds']))}), each with its fine-tune seeds: " + ", ".join(result["runs"])
-        + ". Cells: mean over base draws x seeds, ± the spread across base draws (std of the per-draw means), ± the "
-        "spread across fine-tune seeds (mean of the within-draw stds); — where a spread has one value.")
+        + ". Cells: mean over base draws x seeds, ± the spread across base draws (sample std of the per-draw means), "
+        "± the spread across fine-tune seeds (mean of the within-draw sample stds); — where a spread has one value.")
     best = result["best"]
     report.heading("Pre-registered targets")
     report.paragraph(f"Best LACE arm: {best['variant'] or 'none'} ({best['chosen_by']}). Means over draws x seeds; "
-                     "a target whose arms were not run reads 'not run'.")
-    report.table(Table(["target", "split", "result", "margin", "figures"], [
-        [t["text"], t["split"], t["status"], t["margin"], t["evidence"]] for t in result["targets"]],
-        caption="margin: how far past (+) or short of (-) the threshold, in the figure's units"))
+                     "a target whose arms were not run reads 'not run'. " + VERDICT_NOTE)
+    report.table(Table(["target", "split", "result", "margin", "95% interval", "n", "figures"], [
+        [t["text"], t["split"], t["status"], t["margin"],
+         _interval(t.get("interval")), t.get("n", ""),
+         t["evidence"]] for t in result["targets"]],
+        caption="margin and interval: the compared quantity (a difference in the figure's units, or a share of a gap) "
+                "against its threshold; margin + past it, - short of it"))
     names = {"test": "in-distribution test", "test_comp": "compositional test (held-out colour-shape pairs)",
              "val": "validation"}
     for split in DRAW_SPLITS:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lace.demo.world_data import world_split
 from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.retrieval import dataset_embeddings
+from lace.eval.benchmarks.winoground import winoground_score_tensor
+from lace.eval.benchmarks.world import World, binding_correct
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
+from lace.eval.metrics import recall_hits, winoground_correct
+from lace.eval.neighbours import cross_neighbours
 from lace.eval.runner import EvalConfig, run_evaluation
 
 EVAL_SPLITS = ("val", "test", "test_comp")
@@ -43,5 +48,27 @@ def evaluate_on_world(
         n_k = {"i2t": extra.pop("nk/i2t"), "t2i": extra.pop("nk/t2i")}
         figures["diagnostics"].update(extra)
         results[split] = {"benchmarks": figures["benchmarks"], "diagnostics": figures["diagnostics"],
-                          "seconds": figures["seconds"], "n_k": n_k}
+                          "seconds": figures["seconds"], "n_k": n_k,
+                          "items": item_scores(cache, Path(world_dir), split, images, texts, dataset)}
     return results
+
+
+ITEM_RECALLS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5")
+
+
+def item_scores(cache: EmbeddingCache, world_dir: Path, split: str, images: torch.Tensor, texts: torch.Tensor,
+                dataset) -> dict[str, dict[str, list[int]]]:
+    """Per benchmark figure, 1/0 per item (its mean is the figure), for bootstrap intervals over items: every binding
+    family both ways and Winoground's scores (`world`), and recall at 1 and 5 per query (`retrieval`). Read from
+    the embeddings the figures were made from (`cache`, (N_img, d) `images`, (N_txt, d) `texts`)."""
+    items = World().load(world_dir, split)
+    i2t, t2i = binding_correct(cache, items)
+    families = np.asarray(items.families)
+    world = {f"{direction}/{family}": correct[families == family].astype(int).tolist()
+             for direction, correct in (("i2t", i2t), ("t2i", t2i)) for family in sorted(set(items.families))}
+    if items.winoground.ids:
+        correct = winoground_correct(winoground_score_tensor(cache, items.winoground))
+        world.update({f"winoground/{name}": right.astype(int).tolist() for name, right in correct.items()})
+    forward, backward = cross_neighbours(images, texts, 10)
+    hits = recall_hits(forward.indices, backward.indices, dataset.caption_image_index, (1, 5, 10))
+    return {"world": world, "retrieval": {name: hits[name].astype(int).tolist() for name in ITEM_RECALLS}}

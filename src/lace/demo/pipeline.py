@@ -48,6 +48,7 @@ from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
 from lace.experiment.parallel import Stage, run_stages
+from lace.experiment.protocol import ArmStages, Measure, Run, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
     VARIANTS,
@@ -173,18 +174,22 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     foundation = run_foundation(config, out, runner, train_pairs)  # stages 1-3
     labelled = load_labelled_dictionary(foundation.dictionary_dir)
     measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
-    stages, finetune_keys, wise_ft = _stages_after_the_base(  # stages 5-7
-        config, out, foundation, labelled, measured, train_pairs(foundation.world_dir, "coco"), pixel_encoder, decoded)
-    provenance = _provenance_stages(config, out, runner, foundation, finetune_keys, train_pairs, pixel_encoder,
-                                    decoded) if measures_provenance(config) else []
-    results = run_stages(runner, stages + provenance, config.workers, config.progress)
-    for name in finetune_keys:
-        measured.evaluations[name] = results[f"eval {name}"]
-        measured.zeroshot[name] = results[f"zeroshot {name}"]
+    coco = train_pairs(foundation.world_dir, "coco")
+    provenance = _provenance(config, foundation, coco, pixel_encoder, decoded) if measures_provenance(config) else None
+    arms = _demo_arms(config, out, foundation, labelled, measured, coco, pixel_encoder, decoded, provenance)
+    stages, wise_ft = _stages_after_the_base(config, out, foundation, labelled, measured, arms)  # stages 5-7
+    provenance_stages = _provenance_stages(runner, foundation, arms, provenance) if provenance else []
+    results = run_stages(runner, stages + provenance_stages, config.workers, config.progress)
+    for run, evaluation in arms.results(results, "eval").items():
+        measured.evaluations[run.label] = evaluation
+    for run, zeroshot in arms.results(results, "zeroshot").items():
+        measured.zeroshot[run.label] = zeroshot
     summary = _summary(config, runner, foundation, measured, results["edit_grids"],
                        results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
-    if provenance:
-        summary["provenance"] = {stage.name.removeprefix("provenance "): results[stage.name] for stage in provenance}
+    summary["runs"] = {run.label: run.record() for run in arms.runs}
+    if provenance_stages:
+        summary["provenance"] = {"base": results["provenance base"],
+                                 **{run.label: figures for run, figures in arms.results(results, "provenance").items()}}
     if softmax is not None:
         summary["softmax_run"] = softmax
     _write_results(summary, out)  # stage 8
@@ -234,11 +239,26 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
 
 
 def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
-                           coco: TensorPairs, pixel_encoder: DualEncoder,
-                           decoded: dict) -> tuple[list[Stage], dict[str, str], Stage | dict]:
-    """The stages that run side by side: every fine-tune (costliest variant first), WiSE-FT, the edit grids,
-    then each fine-tune's evaluation and zero-shot; with the fine-tunes' keys by name and the WiSE-FT stage
-    (or the summary saying why it was skipped)."""
+                           arms: ArmStages) -> tuple[list[Stage], Stage | dict]:
+    """The stages that run side by side: every fine-tune (costliest arm first), WiSE-FT, the edit grids, then each
+    fine-tune's evaluation and zero-shot; with the WiSE-FT stage (or the summary saying why it was skipped)."""
+    grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.edit), "grids"),
+                  partial(edit_grids_stage, labelled, foundation.encoder, foundation.world_dir, config, out / "figures"))
+    wise_ft = _wise_ft(config, out, foundation.base_key, arms, measured.zeroshot_config)
+    # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest arm first,
+    # then WiSE-FT (a dozen models scored), then the rest.
+    finetunes = [arms.train_stage(run) for run in sorted(arms.runs, key=lambda run: negative_sources(run.arm),
+                                                         reverse=True)]
+    measures = [stage for run in arms.runs for stage in arms.measure_stages(run, ("eval", "zeroshot"))]
+    return finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures, wise_ft
+
+
+def _demo_arms(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
+               coco: TensorPairs, pixel_encoder: DualEncoder, decoded: dict,
+               provenance: Provenance | None) -> ArmStages:
+    """The demo's arms x seeds: each fine-tune from the base, keyed on the base, the general knobs, the arm's delta,
+    the seed and the knobs only its arm reads; measured on the world (`eval`), by zero-shot (`zeroshot`) and, when
+    some arm edits the images themselves, by the provenance probe (`provenance`)."""
     world_dir, vocabulary, dictionary_key = foundation.world_dir, foundation.vocabulary, foundation.dictionary_key
     # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
     quiet = replace(config, progress=False) if config.workers > 1 else config
@@ -246,33 +266,25 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
     general = {name: value for name, value in knobs.items() if name not in LACE_KNOBS + ("local",)}
     finetune_key = stage_key(foundation.base_key, general, config.batch_size)
     lace_key = stage_key(dictionary_key, {name: knobs[name] for name in LACE_KNOBS})
-    finetune_keys: dict[str, str] = {}
-    finetunes, measures = [], []
-    cost: dict[str, int] = {}  # by fine-tune stage: its variant's `negative_sources`
-    for variant in config.variants:
-        own_keys = _own_keys(config, variant, lace_key)
-        rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(variant) else None
-        for seed in range(config.seed, config.seed + config.seeds):
-            name = f"{variant} seed {seed}"
-            key = finetune_keys[name] = stage_key(finetune_key, VARIANTS[variant], seed, *own_keys)
-            model_path = model_file(out, variant, seed)
-            cost[f"finetune {name}"] = negative_sources(variant)
-            finetunes.append(Stage(f"finetune {name}", key, partial(
-                _finetune, quiet, variant, seed, coco, out, foundation.base_path, model_path, labelled, vocabulary,
-                rendered)))
-            measures.append(Stage(f"eval {name}", stage_key(key, dictionary_key, "eval"), partial(
-                _evaluate_saved, config.model, model_path, name, world_dir, vocabulary, measured.editor, config.seed,
-                measured.eval_pixels), after=(f"finetune {name}",)))
-            measures.append(Stage(f"zeroshot {name}", stage_key(key, "zeroshot"), partial(
-                _zeroshot_saved, config.model, model_path, name, measured.zeroshot_config),
-                after=(f"finetune {name}",)))
-    grids = Stage("edit_grids", stage_key(dictionary_key, config_to_dict(config.finetune.edit), "grids"),
-                  partial(edit_grids_stage, labelled, foundation.encoder, world_dir, config, out / "figures"))
-    wise_ft = _wise_ft(config, out, foundation.base_key, finetune_keys, measured.zeroshot_config)
-    # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest variant first,
-    # then WiSE-FT (a dozen models scored), then the rest.
-    finetunes.sort(key=lambda stage: cost[stage.name], reverse=True)
-    return finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures, finetune_keys, wise_ft
+
+    def train_key(run: Run) -> str:
+        return stage_key(finetune_key, VARIANTS[run.arm], run.seed, *_own_keys(config, run.arm, lace_key))
+
+    def finetune(run: Run) -> dict:
+        rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(run.arm) else None
+        return _finetune(quiet, run, coco, out, foundation.base_path, labelled, vocabulary, rendered)
+
+    measures = {
+        "eval": Measure(lambda trained: stage_key(trained, dictionary_key, "eval"), partial(
+            _evaluate_saved, config.model, out, world_dir, vocabulary, measured.editor, config.seed,
+            measured.eval_pixels)),
+        "zeroshot": Measure(lambda trained: stage_key(trained, "zeroshot"),
+                            partial(_zeroshot_saved, config.model, out, measured.zeroshot_config))}
+    if provenance is not None:
+        measures["provenance"] = Measure(lambda trained: stage_key(trained, provenance.key),
+                                         lambda run: provenance.figures(run.model_file(out, ".pt")))
+    return ArmStages(runs(config.variants, range(config.seed, config.seed + config.seeds)), "finetune", train_key,
+                     finetune, measures)
 
 
 def _summary(config: DemoConfig, runner: StageRunner, foundation: Foundation, measured: BaseMeasures, grids: dict,
@@ -314,19 +326,17 @@ WISE_FT_VARIANTS = ("plain", "LACE")
 """The fine-tunes mixed back into the base for the WiSE-FT trade-off (first seed each)."""
 
 
-def _wise_ft(config: DemoConfig, out: Path, base_key: str, finetune_keys: dict[str, str],
-             zeroshot_config: EvalConfig) -> Stage | dict:
+def _wise_ft(config: DemoConfig, out: Path, base_key: str, arms: ArmStages, zeroshot_config: EvalConfig) -> Stage | dict:
     """The stage scoring zero-shot against swap-attribute (test split) with plain and LACE mixed into the base at
     each alpha, after their fine-tunes; or, when neither is fine-tuned, the summary saying so."""
-    names = {variant: f"{variant} seed {config.seed}" for variant in WISE_FT_VARIANTS}
-    names = {variant: name for variant, name in names.items() if name in finetune_keys}
-    if not names:
+    chosen = [run for run in (Run(arm, config.seed) for arm in WISE_FT_VARIANTS) if run in arms.keys]
+    if not chosen:
         return {"skipped": f"none of {WISE_FT_VARIANTS} was fine-tuned"}
-    paths = {variant: model_file(out, variant, config.seed) for variant in names}
-    key = stage_key(base_key, [finetune_keys[name] for name in names.values()], WISE_FT_ALPHAS, "wise-ft")
+    paths = {run.arm: run.model_file(out, ".pt") for run in chosen}
+    key = stage_key(base_key, [arms.keys[run] for run in chosen], WISE_FT_ALPHAS, "wise-ft")
     return Stage("wise_ft", key, partial(wise_ft_stage, config.model, out / "models" / "base.pt", paths,
                                          zeroshot_config, out / "figures" / "wise_ft.png"),
-                 after=tuple(f"finetune {name}" for name in names.values()))
+                 after=tuple(run.stage(arms.train_step) for run in chosen))
 
 
 def measures_provenance(config: DemoConfig) -> bool:
@@ -336,47 +346,53 @@ def measures_provenance(config: DemoConfig) -> bool:
                for trained in (variant_config(config.finetune, variant) for variant in config.variants))
 
 
-def _provenance_stages(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
-                       finetune_keys: dict[str, str], train_pairs: Callable[[Path, str], TensorPairs],
-                       pixel_encoder: DualEncoder, decoded: dict) -> list[Stage]:
-    """The provenance stage of the base and of each fine-tune (after it), all measured with one instrument fitted
-    on the base (`lace.demo.provenance_stage`); the instrument is made here, before the workers fork, when some
-    stage is not cached yet."""
-    world_dir = foundation.world_dir
+@dataclass
+class Provenance:
+    """The one provenance probe every model is measured with: an instrument fitted on the base
+    (`lace.demo.provenance_stage`), and its stage key."""
+
+    instrument: ProvenanceInstrument
+    key: str
+    model: str
+    progress: bool
+
+    def figures(self, path: Path) -> dict:
+        """`provenance_figures` of the checkpoint at `path`."""
+        return provenance_figures(load_encoder(self.model, str(path)), self.instrument, self.progress)
+
+
+def _provenance(config: DemoConfig, foundation: Foundation, coco: TensorPairs, pixel_encoder: DualEncoder,
+                decoded: dict) -> Provenance:
+    """The provenance probe of this demo (the instrument is fitted only when some stage needs it)."""
     instrument = ProvenanceInstrument(
-        partial(fit_instrument, config.finetune.local, foundation.encoder, train_pairs(world_dir, "coco"),
-                foundation.vocabulary, config.seed),
-        partial(held_out_split, world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
-    instrument_key = stage_key(foundation.base_key, config_to_dict(config.finetune.local), config.seed, "provenance")
-    progress = config.progress and config.workers <= 1
-    stages = [Stage("provenance base", stage_key(foundation.base_key, instrument_key), partial(
-        _provenance_saved, config.model, foundation.base_path, instrument, progress))]
-    for variant in config.variants:
-        for seed in range(config.seed, config.seed + config.seeds):
-            name = f"{variant} seed {seed}"
-            stages.append(Stage(f"provenance {name}", stage_key(finetune_keys[name], instrument_key), partial(
-                _provenance_saved, config.model, model_file(out, variant, seed), instrument, progress),
-                after=(f"finetune {name}",)))
+        partial(fit_instrument, config.finetune.local, foundation.encoder, coco, foundation.vocabulary, config.seed),
+        partial(held_out_split, foundation.world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
+    key = stage_key(foundation.base_key, config_to_dict(config.finetune.local), config.seed, "provenance")
+    return Provenance(instrument, key, config.model, config.progress and config.workers <= 1)
+
+
+def _provenance_stages(runner: StageRunner, foundation: Foundation, arms: ArmStages,
+                       provenance: Provenance) -> list[Stage]:
+    """The provenance stage of the base and of each fine-tune (after it); the instrument is made here, before the
+    workers fork, when some stage is not cached yet."""
+    stages = [Stage("provenance base", stage_key(foundation.base_key, provenance.key),
+                    partial(provenance.figures, foundation.base_path))]
+    stages += [stage for run in arms.runs for stage in arms.measure_stages(run, ("provenance",))]
     if not all(runner.done(stage.name, stage.key) for stage in stages):
-        instrument.prepare()
+        provenance.instrument.prepare()
     return stages
 
 
-def _provenance_saved(model: str, path: Path, instrument: ProvenanceInstrument, progress: bool) -> dict:
-    """`provenance_figures` of the checkpoint at `path`."""
-    return provenance_figures(load_encoder(model, str(path)), instrument, progress)
+def _evaluate_saved(model: str, out: Path, world_dir: Path, vocabulary: str, editor, seed: int, pixels: dict,
+                    run: Run) -> dict:
+    """`evaluate_on_world` of `run`'s fine-tune of demo run `out`."""
+    return evaluate_on_world(load_encoder(model, str(run.model_file(out, ".pt"))), run.label, world_dir, vocabulary,
+                             editor, INSTRUMENT_EDITS, seed, pixels=pixels)
 
 
-def _evaluate_saved(model: str, path: Path, name: str, world_dir: Path, vocabulary: str, editor, seed: int,
-                    pixels: dict) -> dict:
-    """`evaluate_on_world` of the checkpoint at `path`."""
-    return evaluate_on_world(load_encoder(model, str(path)), name, world_dir, vocabulary, editor, INSTRUMENT_EDITS,
-                             seed, pixels=pixels)
-
-
-def _zeroshot_saved(model: str, path: Path, name: str, config: EvalConfig) -> dict:
-    """`zeroshot_figures` of the checkpoint at `path`."""
-    return zeroshot_figures(load_encoder(model, str(path)), name, config)
+def _zeroshot_saved(model: str, out: Path, config: EvalConfig, run: Run) -> dict:
+    """`zeroshot_figures` of `run`'s fine-tune of demo run `out`."""
+    return zeroshot_figures(load_encoder(model, str(run.model_file(out, ".pt"))), run.label, config)
 
 
 LACE_KNOBS = ("edit", "counterfactual_weight", "refresh_dictionary_every", "refresh_pool_size")
@@ -406,18 +422,9 @@ def softmax_run_figures(config: DemoConfig) -> dict:
             "evaluations": summary["evaluations"], "zeroshot": summary.get("zeroshot", {})}
 
 
-def model_file(out: Path, variant: str, seed: int) -> Path:
-    """The exported model of one fine-tune of a demo run `out`."""
-    return Path(out) / "models" / f"{_slug(variant)}-seed{seed}.pt"
-
-
 def finetune_folder(out: Path, variant: str, seed: int) -> Path:
     """The run folder of one fine-tune of a demo run `out` (its config.json and metrics.jsonl)."""
-    return Path(out) / "runs" / f"{_slug(variant)}-seed{seed}"
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
+    return Run(variant, seed).run_folder(out)
 
 
 def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
@@ -449,17 +456,17 @@ def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path
     return summary
 
 
-def _finetune(config: DemoConfig, variant: str, seed: int, pairs: TensorPairs, out: Path, base_path: Path,
-              model_path: Path, labelled, vocabulary: str, rendered=None) -> dict:
-    """One fine-tune: `config.finetune` with what the demo sets and the variant's delta; `rendered`: None, or a
-    callable giving the ceiling arm's `RenderedNegatives`."""
+def _finetune(config: DemoConfig, run: Run, pairs: TensorPairs, out: Path, base_path: Path, labelled,
+              vocabulary: str, rendered=None) -> dict:
+    """One fine-tune: `config.finetune` with what the demo sets and `run`'s arm's delta, exported to
+    `run.model_file(out, ".pt")`; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
     train_config = variant_config(replace(
-        config.finetune, model=config.model, output=str(finetune_folder(out, variant, seed)),
-        batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=seed,
-        vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), variant)
+        config.finetune, model=config.model, output=str(run.run_folder(out)),
+        batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=run.seed,
+        vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), run.arm)
     editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)
-    export_run(result.run_dir, model_path, overwrite=True)
+    export_run(result.run_dir, run.model_file(out, ".pt"), overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}

@@ -3,77 +3,35 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from lace.demo.columns import (
+    BINDING_COLUMNS,
+    GEOMETRY_COLUMNS,
+    SUMMARY_COLUMNS,
+    seed_values,
+    variant_of,
+)
 from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
+from lace.demo.targets import VERDICT_NOTE, binding_targets, claims, demo_roles
+from lace.experiment.claims import describe, spread
 from lace.report.document import Report, Table
 from lace.report.experiment_tables import add_edit_grid, wise_ft_table, zeroshot_table
 from lace.report.plots import grouped_bars, nk_histograms
 
-BINDING_COLUMNS = (
-    ("i2t swap-att", "benchmarks", "world", "i2t/swap_attribute"),
-    ("i2t swap-obj", "benchmarks", "world", "i2t/swap_object"),
-    ("i2t swap-rel", "benchmarks", "world", "i2t/swap_relation"),
-    ("i2t repl-att", "benchmarks", "world", "i2t/replace_attribute"),
-    ("i2t repl-obj", "benchmarks", "world", "i2t/replace_object"),
-    ("i2t repl-rel", "benchmarks", "world", "i2t/replace_relation"),
-    ("t2i swap-att", "benchmarks", "world", "t2i/swap_attribute"),
-    ("t2i swap-obj", "benchmarks", "world", "t2i/swap_object"),
-    ("t2i swap-rel", "benchmarks", "world", "t2i/swap_relation"),
-    ("t2i repl-att", "benchmarks", "world", "t2i/replace_attribute"),
-    ("wino text", "benchmarks", "world", "winoground/text"),
-    ("wino image", "benchmarks", "world", "winoground/image"),
-    ("wino group", "benchmarks", "world", "winoground/group"),
-)
-GEOMETRY_COLUMNS = (
-    ("R@1 i2t", "benchmarks", "retrieval", "i2t/R@1"),
-    ("R@1 t2i", "benchmarks", "retrieval", "t2i/R@1"),
-    ("R@5 t2i", "benchmarks", "retrieval", "t2i/R@5"),
-    ("skew N10 i2t", "diagnostics", None, "hubness/i2t/skewness"),
-    ("skew N10 t2i", "diagnostics", None, "hubness/t2i/skewness"),
-    ("hub occ. t2i", "diagnostics", None, "hubness/t2i/hub_occupancy"),
-    ("one-way img", "diagnostics", None, "one_way/image"),
-    ("one-way txt", "diagnostics", None, "one_way/text"),
-    ("brittle rule", "diagnostics", None, "brittleness/rule/all"),
-    ("brittle cf", "diagnostics", None, "brittleness/counterfactual/all"),
-)
-SUMMARY_COLUMNS = (
-    BINDING_COLUMNS[0], BINDING_COLUMNS[1], BINDING_COLUMNS[6], BINDING_COLUMNS[7], BINDING_COLUMNS[12],
-    GEOMETRY_COLUMNS[0], GEOMETRY_COLUMNS[1], GEOMETRY_COLUMNS[4], GEOMETRY_COLUMNS[6],
-)
 CALIBRATION_KEYS = {
     "swap_attribute": "i2t/swap_attribute", "swap_object": "i2t/swap_object",
     "replace_attribute": "i2t/replace_attribute", "replace_relation": "i2t/replace_relation",
 }
 
 
-def metric(split_results: dict, column: tuple) -> float | None:
-    _, section, benchmark, key = column
-    values = split_results[section] if benchmark is None else split_results[section].get(benchmark, {})
-    value = values.get(key)
-    return None if value is None else float(value)
-
-
-def variant_of(model: str) -> str:
-    return model.rsplit(" seed ", 1)[0]
-
-
-def seed_values(evaluations: dict, split: str, columns) -> dict[str, list[list[float]]]:
-    """Per variant, per column: the figure of each of its seeds on `split` (those that have it), in model order."""
-    by_variant: dict[str, list[dict]] = {}
-    for model, results in evaluations.items():
-        by_variant.setdefault(variant_of(model), []).append(results[split])
-    return {variant: [[v for v in (metric(run, column) for run in runs) if v is not None] for column in columns]
-            for variant, runs in by_variant.items()}
-
-
 def aggregate(evaluations: dict, split: str, columns) -> dict[str, list[tuple[float | None, float | None]]]:
-    """Per variant, per column: (mean, std over seeds); std is None for a single run."""
-    return {variant: [(float(np.mean(values)), float(np.std(values)) if len(values) > 1 else None) if values
-                      else (None, None) for values in row]
+    """Per variant, per column: (mean, sample std over seeds); std is None for a single run."""
+    return {variant: [(float(np.mean(values)), spread(values)) if values else (None, None) for values in row]
             for variant, row in seed_values(evaluations, split, columns).items()}
 
 
@@ -83,78 +41,16 @@ def _cell(mean: float | None, std: float | None) -> str | float | None:
     return f"{mean:.3f} ± {std:.3f}"
 
 
+def spread_note(evaluations: dict) -> str:
+    """What a table's cells are: single values when every variant ran one seed, else mean ± sample std."""
+    seeds = Counter(variant_of(model) for model in evaluations if model != "base")
+    most = max(seeds.values(), default=1)
+    return "one seed each" if most == 1 else f"mean ± std over up to {most} seeds (sample std, ddof 1)"
+
+
 def results_table(evaluations: dict, split: str, columns, caption: str) -> Table:
     rows = [[variant] + [_cell(m, s) for m, s in cells] for variant, cells in aggregate(evaluations, split, columns).items()]
-    return Table(["model"] + [c[0] for c in columns], rows, caption=caption)
-
-
-def _means(evaluations: dict, split: str):
-    """get(variant, column name) -> the mean over seeds, or None when the variant was not run."""
-    table = aggregate(evaluations, split, BINDING_COLUMNS + GEOMETRY_COLUMNS)
-    names = [c[0] for c in BINDING_COLUMNS + GEOMETRY_COLUMNS]
-
-    def get(variant: str, column: str) -> float | None:
-        return table[variant][names.index(column)][0] if variant in table else None
-
-    return get
-
-
-def _comparison(get):
-    """check(text, left, right, column, op, threshold) -> (text, held, evidence) on the difference left - right."""
-
-    def check(text: str, left: str, right: str, column: str, op, threshold: float = 0.0):
-        a, b = get(left, column), get(right, column)
-        if a is None or b is None:
-            return (text, None, f"{left} or {right} not run")
-        return (text, bool(op(a - b, threshold)), f"{left} {a:.3f} vs {right} {b:.3f} ({a - b:+.3f})")
-
-    return check
-
-
-GE, LE = (lambda d, t: d >= t), (lambda d, t: d <= t)
-
-
-def binding_targets(evaluations: dict, split: str = "test") -> list[tuple[str, bool | None, str]]:
-    """The targets of the edits inside the towers, each checked: (target, met, evidence)."""
-    get = _means(evaluations, split)
-    check = _comparison(get)
-    local, plain, rules, ceiling = "LACE-local", "plain", "caption negatives", "ceiling (rendered swaps)"
-    targets = [check(f"LACE-local beats plain by >= 10 points on {column}", local, plain, column, GE, 0.10)
-               for column in ("i2t swap-att", "t2i swap-att", "i2t swap-obj", "t2i swap-obj")]
-    targets += [
-        check("LACE-local >= caption negatives on text->image swap-attribute", local, rules, "t2i swap-att", GE),
-        check("LACE-local + caption negatives >= caption negatives + 5 points on text->image swap-attribute",
-              "LACE-local + caption negatives", rules, "t2i swap-att", GE, 0.05),
-        check("LACE-local keeps image->text R@1 within 2 points of plain", local, plain, "R@1 i2t", GE, -0.02),
-        check("LACE-local keeps text->image R@1 within 2 points of plain", local, plain, "R@1 t2i", GE, -0.02),
-        check("LACE-local raises Winoground group", local, plain, "wino group", GE, 1e-9),
-    ]
-    text = "LACE-local closes >= 3/4 of the gap between plain and the ceiling on text->image swap-attribute"
-    values = [get(v, "t2i swap-att") for v in (local, plain, ceiling)]
-    if None in values:
-        targets.append((text, None, f"{local}, {plain} or {ceiling} not run"))
-    else:
-        gap, closed = values[2] - values[1], values[0] - values[1]
-        share = closed / gap if gap > 0 else float("nan")
-        evidence = (f"plain {values[1]:.3f}, LACE-local {values[0]:.3f}, ceiling {values[2]:.3f}: "
-                    f"{share:.2f} of a {gap:+.3f} gap")
-        targets.append((text, bool(gap > 0 and share >= 0.75), evidence))
-    return targets
-
-
-def claims(evaluations: dict, split: str = "test") -> list[tuple[str, bool | None, str]]:
-    """The method's expected effects, each checked against the numbers: (claim, held, evidence)."""
-    check = _comparison(_means(evaluations, split))
-    ge, le = GE, LE
-    return [
-        check("LACE beats plain by >= 15 points on image->text swap-attribute", "LACE", "plain", "i2t swap-att", ge, 0.15),
-        check("LACE beats plain by >= 15 points on text->image swap-attribute", "LACE", "plain", "t2i swap-att", ge, 0.15),
-        check("LACE beats caption negatives on text->image swap-attribute", "LACE", "caption negatives", "t2i swap-att", ge, 1e-9),
-        check("LACE keeps image->text R@1 within 2 points of plain", "LACE", "plain", "R@1 i2t", ge, -0.02),
-        check("LACE keeps text->image R@1 within 2 points of plain", "LACE", "plain", "R@1 t2i", ge, -0.02),
-        check("LACE lowers hubness skewness (captions' top-k of images)", "LACE", "plain", "skew N10 t2i", le, -1e-9),
-        check("LACE lowers the one-way rate of images", "LACE", "plain", "one-way img", le, -1e-9),
-    ]
+    return Table(["model"] + [c[0] for c in columns], rows, caption=f"{caption}; {spread_note(evaluations)}")
 
 
 def calibration_rows(base_val: dict) -> list[list]:
@@ -229,12 +125,13 @@ def _summary_section(report: Report, summary: dict, out: Path) -> None:
     if "softmax_run" in summary:
         add_loss_comparison(report, summary)
     report.heading("What improved and what did not")
-    report.bullets([f"{'held' if held else 'did not hold' if held is not None else 'not measured'}: {text} — {evidence}"
-                    for text, held, evidence in claims(evaluations)])
-    if any(variant_of(model).startswith("LACE-local") for model in evaluations):
-        report.paragraph("Targets of the edits inside the towers (LACE-local), mean over seeds:")
-        report.bullets([f"{'met' if met else 'missed' if met is not None else 'not measured'}: {text} — {evidence}"
-                        for text, met, evidence in binding_targets(evaluations)])
+    report.paragraph(VERDICT_NOTE)
+    report.bullets([describe(verdict, ("held", "did not hold")) for verdict in claims(evaluations)])
+    best = demo_roles(evaluations)["best"]
+    if best is not None:
+        report.paragraph(f"Targets of the best LACE arm, {best} (chosen among those run on validation, by mean "
+                         "swap-attribute both ways), on the in-distribution test split:")
+        report.bullets([describe(verdict) for verdict in binding_targets(evaluations)])
 
 
 def _calibration_section(report: Report, summary: dict, out: Path) -> None:
@@ -254,7 +151,7 @@ def _split_sections(report: Report, summary: dict, out: Path) -> None:
     for split, title in (("test", "in-distribution test"), ("test_comp", "compositional test (held-out colour-shape pairs)"),
                          ("val", "validation")):
         report.heading(f"Binding, {title}")
-        report.table(results_table(evaluations, split, BINDING_COLUMNS, "accuracy; mean ± std over seeds"))
+        report.table(results_table(evaluations, split, BINDING_COLUMNS, "accuracy"))
         report.heading(f"Retrieval and geometry, {title}")
         report.table(results_table(evaluations, split, GEOMETRY_COLUMNS,
                                    "R@k; skewness of N10; one-way rates; brittleness = share of edits scoring above the true caption"))
@@ -276,9 +173,11 @@ def _ablation_section(report: Report, summary: dict, out: Path) -> None:
     values = {c[0]: {v: cells[i][0] for v, cells in table.items() if cells[i][0] is not None}
               for i, c in enumerate(chart_columns)}
     errors = {c[0]: {v: (cells[i][1] or 0.0) for v, cells in table.items()} for i, c in enumerate(chart_columns)}
-    chart = grouped_bars(values, figures / "ablation.png", "ablation on the test split", "score", errors, chance=0.5)
+    chance = {column[0]: 0.5 for column in chart_columns[:4]} | {BINDING_COLUMNS[12][0]: 1 / 6}
+    chart = grouped_bars(values, figures / "ablation.png", "ablation on the test split", "score", errors, chance=chance)
     report.heading("Ablation")
-    report.figure(chart.relative_to(out), "binding and retrieval per variant (test split; chance 0.5 for binding)")
+    report.figure(chart.relative_to(out), "binding and retrieval per variant (test split; dashed: chance, 0.5 for "
+                  f"binding and 1/6 for Winoground group; error bars: {spread_note(evaluations)})")
     first_seed = {variant_of(m): r for m, r in evaluations.items()}
     hist = nk_histograms({v: np.array(r["test"]["n_k"]["t2i"]) for v, r in first_seed.items()},
                          figures / "nk_histograms.png", "N10 of images among captions' top-10 (test)", 10)
@@ -296,8 +195,8 @@ PROVENANCE_COLUMNS = (
 
 
 def provenance_table(provenance: dict, source: str, caption: str) -> Table:
-    """One row per variant (base first, as given): each figure of `source` ("local" or "rendered"), mean ± std over
-    seeds, and the rows the preferences were measured on."""
+    """One row per variant (base first, as given): each figure of `source` ("local" or "rendered"), mean ± sample std
+    over seeds, and the rows the preferences were measured on."""
     by_variant: dict[str, list[dict]] = {}
     for model, figures in provenance.items():
         by_variant.setdefault(variant_of(model), []).append(figures[source])
@@ -306,8 +205,7 @@ def provenance_table(provenance: dict, source: str, caption: str) -> Table:
         cells = []
         for _, key in PROVENANCE_COLUMNS:
             values = [run[key] for run in runs if run.get(key) is not None]
-            cells.append(_cell(float(np.mean(values)), float(np.std(values)) if len(values) > 1 else None)
-                         if values else None)
+            cells.append(_cell(float(np.mean(values)), spread(values)) if values else None)
         rows.append([variant] + cells + [int(np.mean([run["n"] for run in runs]))])
     return Table(["model"] + [name for name, _ in PROVENANCE_COLUMNS] + ["rows"], rows, caption=caption)
 
@@ -328,10 +226,9 @@ def _provenance_section(report: Report, summary: dict, out: Path) -> None:
         f"edited image embeddings fitted on the validation split ({images['val']} images) and scored on the test "
         f"split ({images['test']} images; AUC 0.5: the edit leaves no trace of how it was made). The world's "
         "rendered colour swaps of the same scenes are the reference.")
-    report.table(provenance_table(provenance, "local", "the instrument's binding swaps (test split); mean ± std "
-                                  "over seeds"))
-    report.table(provenance_table(provenance, "rendered", "the world's rendered colour swaps (test split); mean ± "
-                                  "std over seeds"))
+    note = spread_note(provenance)
+    report.table(provenance_table(provenance, "local", f"the instrument's binding swaps (test split); {note}"))
+    report.table(provenance_table(provenance, "rendered", f"the world's rendered colour swaps (test split); {note}"))
 
 
 def _dictionary_section(report: Report, summary: dict, out: Path) -> None:

@@ -21,13 +21,13 @@ def as_numpy(x) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-def recall_from_neighbours(
+def recall_hits(
     image_to_text: np.ndarray | torch.Tensor,
     text_to_image: np.ndarray | torch.Tensor,
     text_image_index: Sequence[int] | np.ndarray,
     ks: Sequence[int] = (1, 5, 10),
-) -> dict[str, float]:
-    """Recall@k both ways from top-k index lists; an image's captions are all its positives.
+) -> dict[str, np.ndarray]:
+    """Per query, whether it finds a positive in its top k, both ways; an image's captions are all its positives.
 
     Args:
         image_to_text: (N_img, >= max ks) caption rows ranked for each image.
@@ -35,8 +35,8 @@ def recall_from_neighbours(
         text_image_index: (N_txt,) the image row of each caption.
 
     Returns:
-        `i2t/R@k`: share of images with at least one of their captions in the top k;
-        `t2i/R@k`: share of captions whose image is in the top k.
+        `i2t/R@k`: (N_img,) bool, at least one of the image's captions is in its top k;
+        `t2i/R@k`: (N_txt,) bool, the caption's image is in its top k.
     """
     image_to_text, text_to_image = as_numpy(image_to_text), as_numpy(text_to_image)
     owner = np.asarray(text_image_index, dtype=np.int64)
@@ -47,12 +47,21 @@ def recall_from_neighbours(
             raise ValueError(f"{name} holds {table.shape[1]} neighbours; recall@{max(ks)} needs {max(ks)}")
     image_hits = owner[image_to_text] == np.arange(n_images)[:, None]  # (N_img, k)
     text_hits = text_to_image == owner[:, None]  # (N_txt, k)
-    figures = {}
-    for k in ks:
-        figures[f"i2t/R@{k}"] = float(image_hits[:, :k].any(axis=1).mean())
-    for k in ks:
-        figures[f"t2i/R@{k}"] = float(text_hits[:, :k].any(axis=1).mean())
-    return figures
+    hits = {f"i2t/R@{k}": image_hits[:, :k].any(axis=1) for k in ks}
+    hits.update({f"t2i/R@{k}": text_hits[:, :k].any(axis=1) for k in ks})
+    return hits
+
+
+def recall_from_neighbours(
+    image_to_text: np.ndarray | torch.Tensor,
+    text_to_image: np.ndarray | torch.Tensor,
+    text_image_index: Sequence[int] | np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+) -> dict[str, float]:
+    """Recall@k both ways from top-k index lists (`recall_hits`): `i2t/R@k`, the share of images with at least one
+    of their captions in the top k; `t2i/R@k`, the share of captions whose image is in the top k."""
+    return {name: float(found.mean()) for name, found in
+            recall_hits(image_to_text, text_to_image, text_image_index, ks).items()}
 
 
 def recall_at_k(
@@ -80,12 +89,18 @@ def retrieval_recall(
     return recall_from_neighbours(forward.indices, backward.indices, text_image_index, ks)
 
 
-def pairwise_accuracy(positive_scores, negative_scores) -> float:
-    """Share of items whose positive scores strictly above its negative: (n,), (n,) -> float."""
+def pairwise_correct(positive_scores, negative_scores) -> np.ndarray:
+    """Whether each item's positive scores strictly above its negative: (n,), (n,) -> (n,) bool."""
     positive, negative = as_numpy(positive_scores).astype(np.float64), as_numpy(negative_scores).astype(np.float64)
     if positive.shape != negative.shape:
         raise ValueError(f"score shapes differ: {positive.shape} vs {negative.shape}")
-    return float((positive > negative).mean()) if positive.size else float("nan")
+    return positive > negative
+
+
+def pairwise_accuracy(positive_scores, negative_scores) -> float:
+    """Share of items whose positive scores strictly above its negative: (n,), (n,) -> float."""
+    correct = pairwise_correct(positive_scores, negative_scores)
+    return float(correct.mean()) if correct.size else float("nan")
 
 
 def beats_all(true_scores, alternative_scores) -> np.ndarray:
@@ -111,8 +126,9 @@ def macro_accuracy(correct, groups, min_count: int = 1) -> float:
     return float(np.mean(list(per_group.values()))) if per_group else float("nan")
 
 
-def winoground_scores(scores) -> dict[str, float]:
-    """Winoground's three scores from (n, 2, 2) similarities `scores[i, c, m]` = s(caption_c, image_m).
+def winoground_correct(scores) -> dict[str, np.ndarray]:
+    """Per item, whether Winoground's three scores count it right: (n,) bool each, from (n, 2, 2) similarities
+    `scores[i, c, m]` = s(caption_c, image_m).
 
     Text score: for each image the right caption wins, s(c0,i0) > s(c1,i0) and s(c1,i1) > s(c0,i1).
     Image score: for each caption the right image wins, s(c0,i0) > s(c0,i1) and s(c1,i1) > s(c1,i0).
@@ -123,7 +139,12 @@ def winoground_scores(scores) -> dict[str, float]:
         raise ValueError(f"expected (n, 2, 2) scores, got {s.shape}")
     text = (s[:, 0, 0] > s[:, 1, 0]) & (s[:, 1, 1] > s[:, 0, 1])
     image = (s[:, 0, 0] > s[:, 0, 1]) & (s[:, 1, 1] > s[:, 1, 0])
-    return {"text": float(text.mean()), "image": float(image.mean()), "group": float((text & image).mean())}
+    return {"text": text, "image": image, "group": text & image}
+
+
+def winoground_scores(scores) -> dict[str, float]:
+    """Winoground's text, image and group scores: the shares of items `winoground_correct` finds right."""
+    return {name: float(right.mean()) for name, right in winoground_correct(scores).items()}
 
 
 def zeroshot_scores(scores, labels) -> dict[str, float]:

@@ -23,12 +23,14 @@ def edit_grid_stage(
     labelled: LabelledDictionary, gallery: torch.Tensor | np.ndarray, captions: Sequence[str],
     text_image_index: Sequence[int] | np.ndarray, edit: str, load_image: Callable[[int], Image.Image], png: str | Path,
     strengths: Sequence[float], n_sources: int = 4, k: int = 6, seed: int = 0, config: EditConfig | None = None,
+    image_names: Sequence[str] | None = None,
 ) -> dict:
     """Draw the grid of `edit` ("transplant:a=b") over (N, d) `gallery` into `png`.
 
     Returns {"edit", "target", "k", "strengths", "candidates", "figure" (png name or None), "rows"}; each row
-    as `edit_grid_rows` gives it (source, label, neighbours, strength, target_count). No row: the edit could
-    not be made on any candidate, and no figure is written.
+    as `edit_grid_rows` gives it (source, label, neighbours, strength, target_count) with the source's `image`
+    (its name in `image_names`, else "image <row>") and `caption` (its first caption). No row: the edit could not
+    be made on any candidate, and no figure is written.
     """
     spec = parse_edit(edit)
     directions = labelled.directions
@@ -39,6 +41,12 @@ def edit_grid_stage(
     candidates = np.flatnonzero(shows_source & ~shows_target).tolist()
     rows = edit_grid_rows(labelled, gallery, candidates, shows_target, edit, strengths=strengths,
                           n_sources=n_sources, k=k, seed=seed, config=config)
+    first_caption = {}
+    for caption, owner in zip(captions, np.asarray(text_image_index).tolist()):
+        first_caption.setdefault(int(owner), caption)
+    for row in rows:
+        row["image"] = image_names[row["source"]] if image_names is not None else f"image {row['source']}"
+        row["caption"] = first_caption.get(row["source"], "")
     figure = None
     if rows:
         sources = len({row["source"] for row in rows})

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lace.experiment.claims import spread
+
 
 def summarise_over_seeds(figures: dict[str, list[dict]], metrics: Sequence[str],
                          seconds: dict[str, list[float]] | None = None) -> dict[str, dict]:
@@ -20,7 +22,7 @@ def summarise_over_seeds(figures: dict[str, list[dict]], metrics: Sequence[str],
         for metric in metrics:
             values = np.array([run[metric] for run in runs if _finite(run.get(metric))], dtype=float)
             summary[arm][metric] = {"mean": float(values.mean()) if values.size else None,
-                                    "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
+                                    "std": spread(values) or 0.0,
                                     "n": int(values.size)}
         if seconds and seconds.get(arm):
             summary[arm]["train_seconds"] = float(np.mean(seconds[arm]))

@@ -58,6 +58,29 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ceiling pairs": {"rendered_negatives": True, "edited_image_rows": True, "edited_image_columns": False},
 }
 
+ROLES: dict[str, tuple[str, ...]] = {
+    "plain": ("plain",),
+    "text_only": ("caption negatives",),
+    "as_specified": ("LACE",),
+    "best": ("LACE-local", "LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + real-image negative",
+             "LACE-local image-side pairs", "LACE pairs"),
+    "ceiling": ("ceiling (rendered swaps)", "ceiling pairs"),
+}
+"""The part arms play in the targets (`lace.experiment.claims`), role -> the arms that can play it: plain, the
+text-only baseline, LACE as the method specifies it, the LACE arms the best is chosen from on validation, and the
+ceilings. Reports pick arms by role, never by a piece of their name."""
+
+ROLE_NAMES = {"plain": "plain", "text_only": "caption negatives", "as_specified": "LACE",
+              "best": "the best LACE arm", "ceiling": "the ceiling",
+              "best_with_text_only": "the best LACE arm + caption negatives"}
+"""How a target names a role whose arm did not run."""
+
+
+def with_caption_negatives(name: str) -> str | None:
+    """The variant that is `name` with rule-made caption negatives added, or None."""
+    wanted = {**VARIANTS[name], "caption_negatives": True}
+    return next((other for other, changes in VARIANTS.items() if changes == wanted and other != name), None)
+
 
 def with_changes(config: Any, changes: dict[str, Any]) -> Any:
     """`config` (a dataclass) with `changes` applied; a mapping given for a nested dataclass

@@ -10,6 +10,7 @@ naming the target.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -103,11 +104,15 @@ def write_edit_grid(
     rows: Sequence[dict], load_image: Callable[[int], Image.Image], path: str | Path, target: str, k: int,
     title: str = "",
 ) -> Path:
-    """Draw `edit_grid_rows` output: each row the source image, then its k neighbours; the row's
-    label gives the edit and how many of the k neighbours show `target`."""
+    """Draw `edit_grid_rows` output: each row the source image, then its k neighbours; the row's label names the
+    source image (`image`, else its row) and its caption (`caption`, where the row has one), the edit, and how many
+    of the k neighbours show `target`."""
     grid = []
     for row in rows:
-        label = f"image {row['source']}: {row['label']}\n{row['target_count']}/{k} {target}"
+        name = row.get("image", f"image {row['source']}")
+        caption = textwrap.shorten(row.get("caption", ""), 60, placeholder="…")
+        label = "\n".join([name] + textwrap.wrap(f"“{caption}”", 30) * bool(caption)
+                          + [f"{row['label']}: {row['target_count']}/{k} {target}"])
         images = [load_image(row["source"])] + [load_image(i) for i in row["neighbours"]]
         grid.append((label, images, ["source"] + [str(i) for i in range(1, len(row["neighbours"]) + 1)]))
     return image_grid(grid, path, title=title)

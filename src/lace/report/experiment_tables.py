@@ -43,5 +43,6 @@ def add_edit_grid(report: Report, name: str, grid: Mapping, figure_folder: str =
     report.figure(f"{figure_folder}/{grid['figure']}",
                   f"{grid['edit']}: each row the source image and its {grid['k']} nearest real images; sources are "
                   f"the first images by id naming the source and not the target, chosen before any edit")
-    report.table(Table(["source image", "row", f"of {grid['k']} neighbours show {grid['target']}"],
-                       [[row["source"], row["label"], row["target_count"]] for row in grid["rows"]]))
+    report.table(Table(["source image", "its caption", "row", f"of {grid['k']} neighbours show {grid['target']}"],
+                       [[row.get("image", row["source"]), row.get("caption"), row["label"], row["target_count"]]
+                        for row in grid["rows"]]))

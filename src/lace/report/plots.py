@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from PIL import Image
 
 from lace.io import atomic_path
@@ -36,9 +37,10 @@ def series_colours(count: int) -> list | None:
 
 def grouped_bars(
     values: Mapping[str, Mapping[str, float]], path: str | Path, title: str, ylabel: str = "",
-    errors: Mapping[str, Mapping[str, float]] | None = None, chance: float | None = None,
+    errors: Mapping[str, Mapping[str, float]] | None = None, chance: Mapping[str, float] | None = None,
 ) -> Path:
-    """`values[metric][series]` as groups of bars, one colour per series."""
+    """`values[metric][series]` as groups of bars, one colour per series; `chance[metric]`: a dashed chance line
+    across that metric's group only (metrics without a defined chance get none)."""
     metrics = list(values)
     series = list(dict.fromkeys(s for m in metrics for s in values[m]))
     width = 0.8 / max(len(series), 1)
@@ -50,8 +52,10 @@ def grouped_bars(
         yerr = [errors[m].get(name, 0.0) for m in metrics] if errors else None
         axis.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, yerr=yerr, label=name, capsize=2,
                  color=colours[i] if colours else None)
-    if chance is not None:
-        axis.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
+    for position, metric in enumerate(metrics):
+        if chance and metric in chance:
+            axis.hlines(chance[metric], position - 0.45, position + 0.45, color="grey", linestyle="--", linewidth=1,
+                        label="chance" if metric == next(m for m in metrics if m in chance) else None)
     axis.set_xticks(x, metrics, rotation=20, ha="right")
     axis.set_ylabel(ylabel)
     axis.set_title(title)
@@ -71,11 +75,19 @@ def nk_histograms(counts: Mapping[str, np.ndarray], path: str | Path, title: str
                   color=colours[i] if colours else None)
     axis.axvline(2 * k, color="grey", linestyle=":", linewidth=1, label=f"hub threshold 2k={2 * k}")
     axis.set_yscale("log")
+    plain_log_labels(axis.yaxis)
     axis.set_xlabel(f"N_{k}")
     axis.set_ylabel("gallery items")
     axis.set_title(title)
     axis.legend(fontsize=8)
     return _save(figure, path)
+
+
+def plain_log_labels(axis) -> None:
+    """Label a log axis with plain numbers at 1, 2, 5, 10, 20, ... and nothing else (no "6×10⁰")."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def image_grid(

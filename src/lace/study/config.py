@@ -6,10 +6,12 @@ Every default was chosen for the full Flickr8k on a small CPU; the tests shrink 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from lace.edits.config import EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary import DictionaryConfig
+from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig
 from lace.train.config import TrainConfig
@@ -93,10 +95,9 @@ class StudyConfig:
     """Fine-tunes from the base (the head shape comes from the base)."""
     variants: tuple[str, ...] = STUDY_VARIANTS
     """Fine-tune variants to run (names of `lace.experiment.variants.VARIANTS`)."""
-    n_edits: int = 4
-    """Counterfactual edits per embedding and side (M)."""
     edit: EditConfig = field(default_factory=EditConfig)
-    """The editor of LACE fine-tuning and counterfactual brittleness (edit retrieval sets its own strengths)."""
+    """The editor of LACE fine-tuning and counterfactual brittleness, with its M (`edit.n_edits`: counterfactual
+    edits per embedding and side; edit retrieval sets its own strengths)."""
     vocabulary: str = "natural"
     """Typed vocabulary for concepts, rule-made captions and edits."""
     dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
@@ -130,6 +131,9 @@ class StudyConfig:
     progress: bool = True
     """Show progress bars."""
 
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {"edit.n_edits": ("--edit-n-edits", "--n-edits")}
+    """M lives in the editor's config; `n_edits`, the name from before, still sets it."""
+
     def validate(self) -> StudyConfig:
         where = "study config"
         if self.seeds < 1:
@@ -144,8 +148,8 @@ class StudyConfig:
         check_variants(self.variants, where)
         self.edit.validate(f"{where}: edit")
         self.dictionary.validate(f"{where}: dictionary")
-        if self.n_edits < 1 or self.neighbours < 1:
-            raise input_error(where, "n_edits / neighbours", "positive integers")
+        if self.neighbours < 1:
+            raise input_error(where, "neighbours", "a positive integer", self.neighbours)
         return self
 
     def with_changes(self, **changes) -> StudyConfig:
@@ -170,14 +174,12 @@ TOPS_FINETUNE = TrainConfig(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_
 the pretrained top layers at a tenth of it, 8 epochs of batch 256 over the fine-tune images (88 steps), no
 gradient clipping (the setting the recorded figures were trained with)."""
 
-# Fields of the nested configs the study sets itself (the model, its data, where it runs, the arm's switches).
 TOPS_SET_BY_STUDY = (
     "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "seed", "edit", "local",
-    "vocabulary", "dictionary", "counterfactual_captions", "counterfactual_images", "caption_negatives",
-    "paired_caption_directions", "local_image_negatives", "local_caption_swaps", "rendered_negatives",
-    "counterfactual_source", "sources", "edited_image_rows", "edited_image_columns", "edited_rows_real_image_negative",
-    "edited_rows_train_text", "checkpoint_every", "keep_checkpoints",
-    "log_every", "tensorboard", "num_workers", "cache_images", "on_missing_image", "device")
+    "vocabulary", "dictionary", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "num_workers",
+    "cache_images", "on_missing_image", "device", "sources", *ARM_SWITCHES)
+"""Fine-tune fields the tops study sets itself: the model, its data, where it runs, the editors (its own `edit` and
+`local`) and the switches each arm of `lace.experiment.variants` sets (`ARM_SWITCHES`)."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,11 @@ class TopsStudyConfig:
     """Prompt templates of `zeroshot_root` (as `lace eval --zeroshot-templates` reads them)."""
     progress: bool = True
     """Show progress bars (extraction, training)."""
+
+    def __post_init__(self):
+        refuse_set_fields("tower-tops study config", "finetune", self.finetune, TOPS_FINETUNE, TOPS_SET_BY_STUDY,
+                          "the study", "its model, data, seeds and each arm's switches; its editors are the study's "
+                          "own `edit` and `local`")
 
     def validate(self) -> TopsStudyConfig:
         where = "tower-tops study config"

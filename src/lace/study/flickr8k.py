@@ -28,6 +28,8 @@ from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
 from lace.eval.runner import EvalConfig
 from lace.experiment.edit_grids import edit_grid_stage
+from lace.experiment.parallel import run_stages
+from lace.experiment.protocol import ArmStages, Run, by_arm, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds
 from lace.experiment.zeroshot import zeroshot_figures
@@ -133,7 +135,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
                                  zeroshot_templates=config.zeroshot_templates)
 
     def measure() -> dict:
-        figures = measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.n_edits,
+        figures = measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.edit.n_edits,
                                 config.rule_brittleness_captions, config.neighbours, zeroshot_task, zeroshot_prompts)
         if config.zeroshot_root:  # the user's image folder, through the towers and the current heads
             figures.update({f"zeroshot/{key}": value
@@ -141,7 +143,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
         return figures
 
     # 3. geometry and brittleness of the base ---------------------------------------------
-    measure_key = stage_key(dictionary_key, config.n_edits, config.edit, config.rule_brittleness_captions,
+    measure_key = stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
                             config.items_per_kind, config.neighbours, zeroshot_task.summary(), config.zeroshot_root,
                             config.zeroshot_classnames, config.zeroshot_templates)
     base_figures = runner.run("base-geometry", measure_key, measure)
@@ -196,7 +198,8 @@ def _edit_grids(labelled, test_images: torch.Tensor, test: SplitFeatures, config
     try:  # the editor of the edit-retrieval figures (`transplant_editor`), at each strength
         grid = edit_grid_stage(labelled, test_images, test.captions, test.caption_image_index, edit, load_image,
                                figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=4, k=6,
-                               config=dataclasses.replace(EditConfig(), kinds=("transplant",), target=f"{source}={target}"))
+                               config=dataclasses.replace(EditConfig(), kinds=("transplant",), target=f"{source}={target}"),
+                               image_names=[Path(path).name for path in test.image_paths])
     except LaceInputError as error:  # e.g. a concept owning no aligned atom: reported, not hidden
         return {edit: {"skipped": str(error)}}
     return {edit: grid}
@@ -261,24 +264,21 @@ def _choose_base(encoder: TowersDualEncoder, splits: dict[str, SplitFeatures], g
 def _finetunes(encoder: TowersDualEncoder, runner: StageRunner, config: StudyConfig, train: SplitFeatures,
                settings: HeadsTraining, base_checkpoint: Path, editor, caption_negatives: CaptionNegatives,
                measure, measure_key: str, out: Path) -> dict[str, list[dict]]:
-    """Every variant of `config.variants` fine-tuned from the base per seed, each measured on test and
-    saved as `<out>/models/<stage name>.safetensors` (what `lace eval` loads)."""
-    finetunes: dict[str, list[dict]] = {}
-    for variant in config.variants:
-        for seed in range(config.seeds):
-            name = f"finetune-{variant.replace(' ', '').replace('+', '-plus-')}-seed{seed}"
-            checkpoint = out / "models" / f"{name}.safetensors"
+    """Every arm of `config.variants` fine-tuned from the base per seed, each measured on test as it was trained
+    (one stage: the heads in hand are the ones measured) and saved as `models/finetune-<arm>-seed<s>.safetensors`
+    (what `lace eval` loads)."""
 
-            def finetune_stage(variant=variant, seed=seed, checkpoint=checkpoint) -> dict:
-                load_heads(encoder, base_checkpoint)
-                summary = train_on_features(encoder, train, settings, seed, variant, editor, config.n_edits,
-                                            caption_negatives, config.vocabulary)
-                save_heads(encoder, checkpoint)
-                return {"train": summary, "figures": measure(), "checkpoint": str(checkpoint.relative_to(out))}
+    def finetune(run: Run) -> dict:
+        checkpoint = run.model_file(out, ".safetensors")
+        load_heads(encoder, base_checkpoint)
+        summary = train_on_features(encoder, train, settings, run.seed, run.arm, editor, config.edit, caption_negatives,
+                                    config.vocabulary)
+        save_heads(encoder, checkpoint)
+        return {"train": summary, "figures": measure(), "checkpoint": str(checkpoint.relative_to(out))}
 
-            result = runner.run(name, stage_key(measure_key, _settings_dict(settings), variant, seed), finetune_stage)
-            finetunes.setdefault(variant, []).append(result)
-    return finetunes
+    arms = ArmStages(runs(config.variants, range(config.seeds)), "finetune",
+                     lambda run: stage_key(measure_key, _settings_dict(settings), run.arm, run.seed), finetune)
+    return by_arm(arms.results(run_stages(runner, arms.stages(), workers=1)))
 
 
 SUMMARY_METRICS = (

@@ -40,9 +40,12 @@ from lace.encoders.towers import (
     save_top_checkpoint,
 )
 from lace.eval.runner import EvalConfig
+from lace.experiment import claims
+from lace.experiment.parallel import run_stages
+from lace.experiment.protocol import ArmStages, Measure, Run, by_arm, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds
-from lace.experiment.variants import variant_config
+from lace.experiment.variants import ROLE_NAMES, ROLES, variant_config
 from lace.experiment.zeroshot import zeroshot_figures
 from lace.io import atomic_write_json, atomic_write_text
 from lace.local.codes import LocalConceptCodes
@@ -61,7 +64,7 @@ from lace.study.flickr8k_top import (
     top_splits,
 )
 from lace.study.heads import train_summary
-from lace.study.measure import score_items, sugarcrepe_style_items
+from lace.study.measure import item_correct, score_items, sugarcrepe_style_items
 from lace.train import TrainConfig
 from lace.train.data import TopPairs
 
@@ -70,10 +73,6 @@ BINDING_KINDS = ("swap_att", "swap_obj")
 METRICS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj",
            "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel")
 _SHOWN = ("i2t/R@1", "t2i/R@1", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj")
-
-
-def arm_slug(arm: str) -> str:
-    return arm.replace(" + ", "-plus-").replace(" ", "-")
 
 
 def load_top(path: Path) -> TowersTop:
@@ -194,9 +193,12 @@ class SplitItems:
     def measure(self, top: TowersTop) -> dict:
         images, texts = embed_top_split(top, self.split)
         negatives = encode_captions(top, self.states, np.arange(len(self.items)), chunk=512)
+        correct = {f"sugarcrepe_style/{kind}": right for kind, right in
+                   item_correct(images, texts, negatives, self.items).items()}
         figures = {f"sugarcrepe_style/{kind}": value for kind, value in score_items(images, texts, negatives,
                                                                                     self.items).items()}
-        figures = {**recall_of(images, texts, self.split), **figures}
+        figures = {**recall_of(images, texts, self.split), **figures,
+                   "items": {name: right.astype(int).tolist() for name, right in correct.items()}}
         if self.zeroshot is not None:  # the user's image folder, through the whole towers and this model's tops
             figures.update({f"zeroshot/{key}": value
                             for key, value in zeroshot_figures(top.encoder, "tops", self.zeroshot).items()})
@@ -256,43 +258,53 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     measured = SplitItems(base_top, sources.items_rules, splits[config.split], captions, cache, config)
     measure_key = stage_key(config.split, config.items_per_kind, config.zeroshot_root, config.zeroshot_classnames,
                             config.zeroshot_templates)
-    runs = {"base": [runner.run(f"{config.split}-base", stage_key(base_key, measure_key),
+    figures_by_arm = {"base": [runner.run(f"{config.split}-base", stage_key(base_key, measure_key),
                                 lambda: measured.measure(base_top))]}
-    seconds: dict[str, list[float]] = {}
-    for seed in range(config.seeds):  # every arm of a seed before the next seed: a stopped run still compares them
-        for arm in config.arms:
-            name = f"{arm_slug(arm)}-seed{seed}"
-            checkpoint = out / "models" / f"finetune-{name}.safetensors"
-            train_config = arm_train_config(config, arm, seed, len(finetune_split.image_maps), out / "runs" / name)
-            train_key = stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
-                                  dictionary_key if train_config.uses_counterfactuals else None)
-
-            def train_stage(train_config=train_config, checkpoint=checkpoint) -> dict:
-                model = load_top(base_path)
-                summary = train_summary(train_config, config.progress, **sources.inputs(model, train_config))
-                save_top_checkpoint(model, checkpoint)
-                return {**summary, "checkpoint": str(checkpoint.relative_to(out))}
-
-            trained = runner.run(f"train-{name}", train_key, train_stage)
-            run = runner.run(f"{config.split}-{name}", stage_key(train_key, measure_key),
-                             lambda checkpoint=checkpoint: measured.measure(load_top(checkpoint)))
-            log(f"{arm} seed {seed}: {config.split} " + ", ".join(f"{k} {v:.3f}" for k, v in run.items() if k in _SHOWN))
-            runs.setdefault(arm, []).append(run)
-            seconds.setdefault(arm, []).append(trained["seconds"])
+    arms = _tops_arms(config, out, base_key, base_path, dictionary_key, len(finetune_split.image_maps), sources,
+                      measured, measure_key)
+    results = run_stages(runner, arms.stages(), workers=1)
+    for run, run_figures in arms.results(results, config.split).items():
+        log(f"{run.label}: {config.split} " + ", ".join(f"{k} {v:.3f}" for k, v in run_figures.items() if k in _SHOWN))
+    figures_by_arm.update(by_arm(arms.results(results, config.split)))
+    seconds = {arm: [trained["seconds"] for trained in runs_of_arm]
+               for arm, runs_of_arm in by_arm(arms.results(results)).items()}
     if sources._map_editor is not None or any(variant_config(TrainConfig(), a).local_image_negatives
                                               for a in config.arms):
         figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.local)),
                                              lambda: fit_local_sources(splits["train"], splits["val"], captions,
                                                                        load_vocabulary(config.vocabulary), config,
                                                                        log)[1])
-    metrics = METRICS + tuple(k for k in runs["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
+    metrics = METRICS + tuple(k for k in figures_by_arm["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
     result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
               "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
               "items": len(measured.items), **figures,
-              "summary": summarise_over_seeds(runs, metrics, seconds), "runs": runs}
+              "summary": summarise_over_seeds(figures_by_arm, metrics, seconds), "runs": figures_by_arm}
     atomic_write_json(out / f"arms-{config.split}.json", result)
     atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
     return result
+
+
+def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Path, dictionary_key: str,
+               n_images: int, sources: ArmSources, measured: SplitItems, measure_key: str) -> ArmStages:
+    """Every arm and seed (every arm of a seed before the next seed: a stopped run still compares them) trained
+    from the base and measured on the study's split."""
+    train_configs = {run: arm_train_config(config, run.arm, run.seed, n_images, run.run_folder(out))
+                     for run in runs(config.arms, range(config.seeds), seed_first=True)}
+
+    def train_key(run: Run) -> str:
+        train_config = train_configs[run]
+        return stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
+                         dictionary_key if train_config.uses_counterfactuals else None)
+
+    def train(run: Run) -> dict:
+        model, checkpoint = load_top(base_path), run.model_file(out, ".safetensors")
+        summary = train_summary(train_configs[run], config.progress, **sources.inputs(model, train_configs[run]))
+        save_top_checkpoint(model, checkpoint)
+        return {**summary, "checkpoint": str(checkpoint.relative_to(out))}
+
+    measure = Measure(lambda trained: stage_key(trained, measure_key),
+                      lambda run: measured.measure(load_top(run.model_file(out, ".safetensors"))))
+    return ArmStages(tuple(train_configs), "train", train_key, train, {config.split: measure})
 
 
 def arms_table(result: dict) -> str:
@@ -300,45 +312,51 @@ def arms_table(result: dict) -> str:
     summary, split = result["summary"], result["split"]
     columns = ("sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "sugarcrepe_style/replace_att",
                "i2t/R@1", "t2i/R@1")
-    lines = [f"Flickr8k tower tops, {split} split, mean ± std over seeds (n)", "",
+    lines = [f"Flickr8k tower tops, {split} split, mean ± sample std over seeds (n; a single run without ±)", "",
              ("| arm | i2t swap-att | i2t swap-obj | i2t replace-att | R@1 i2t | R@1 t2i | swap-att − plain | "
               "train s |"), "|---|---|---|---|---|---|---|---|"]
     plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
     for arm, figures in summary.items():
-        cells = [f"{figures[c]['mean']:.3f} ± {figures[c]['std']:.3f} ({figures[c]['n']})"
-                 if figures.get(c, {}).get("n") else "–" for c in columns]
+        cells = [(f"{figures[c]['mean']:.3f} ± {figures[c]['std']:.3f} ({figures[c]['n']})" if figures[c]["n"] > 1
+                  else f"{figures[c]['mean']:.3f} (1)") if figures.get(c, {}).get("n") else "–" for c in columns]
         delta = (f"{100 * (figures[columns[0]]['mean'] - plain):+.1f} pts"
                  if plain is not None and figures.get(columns[0], {}).get("n") else "–")
         seconds = f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {delta} | {seconds} |")
-    for arm in (name for name in summary if name.startswith("LACE")):
-        checks = target_checks(summary, arm)
+    for arm in (name for name in summary if name in LACE_ARMS):
+        checks = target_checks(result.get("runs", {}), arm)
         if checks:
             lines += ["", f"The pre-registered Flickr8k targets for {arm} against plain:", ""]
-            lines += [f"- {'met' if check['met'] else 'missed'}: {check['target']} ({check['measured']})"
-                      for check in checks]
+            lines += [f"- {claims.describe(check)}" for check in checks]
     return "\n".join(lines) + "\n"
 
 
-def target_checks(summary: dict, arm: str = "LACE-local") -> list[dict]:
-    """The pre-registered Flickr8k targets of `arm` against plain: on each swap-type family the gain over
-    plain exceeds twice the seed spread (the larger standard deviation of the two arms); retrieval
-    within 2 points of plain both ways. Empty when either arm is missing."""
-    if arm not in summary or "plain" not in summary:
+LACE_ARMS = ROLES["as_specified"] + ROLES["best"]
+"""The arms whose targets the table checks: LACE as specified and every arm the best LACE arm is chosen from."""
+
+TOPS_TARGETS = tuple(
+    claims.difference(f"{{best}} beats {{plain}} on i2t {kind}", f"sugarcrepe_style/{kind}", "best", "plain", ">")
+    for kind in BINDING_KINDS) + tuple(
+    claims.difference(f"{{best}} keeps {metric} within 2 points of {{plain}}", metric, "best", "plain", ">=", -0.02)
+    for metric in ("i2t/R@1", "t2i/R@1"))
+"""The pre-registered Flickr8k targets of a LACE arm against plain, on the measured split."""
+
+
+def target_checks(runs: dict[str, list[dict]], arm: str = "LACE-local") -> list[claims.Verdict]:
+    """The pre-registered Flickr8k targets of `arm` against plain (`TOPS_TARGETS`), each decided by a bootstrap
+    interval over the items (where a run kept them, under `items`) and the seeds (`runs`: arm -> one figures dict
+    per seed). Empty when either arm is missing."""
+    if not runs.get(arm) or not runs.get("plain"):
         return []
-    ours, plain = summary[arm], summary["plain"]
-    checks = []
-    for kind in BINDING_KINDS:
-        metric = f"sugarcrepe_style/{kind}"
-        gain = ours[metric]["mean"] - plain[metric]["mean"]
-        spread = max(ours[metric]["std"], plain[metric]["std"])
-        checks.append({"target": f"{arm} − plain on i2t {kind} > 2 × seed spread", "met": gain > 2 * spread,
-                       "measured": f"{100 * gain:+.1f} points, spread {100 * spread:.1f}"})
-    for metric in ("i2t/R@1", "t2i/R@1"):
-        gap = ours[metric]["mean"] - plain[metric]["mean"]
-        checks.append({"target": f"{metric} within 2 points of plain", "met": gap >= -0.02,
-                       "measured": f"{100 * gap:+.1f} points"})
-    return checks
+
+    def samples(variant: str, figure: str, split: str) -> list[claims.Run]:
+        found = [(figures[figure], figures.get("items", {}).get(figure)) for figures in runs.get(variant, [])
+                 if figures.get(figure) is not None]
+        return [claims.Run(float(value), None if items is None else np.asarray(items, dtype=float))
+                for value, items in found]
+
+    arms = dict.fromkeys(ROLE_NAMES) | {"plain": "plain", "best": arm}
+    return [claims.check(target, arms, samples) for target in TOPS_TARGETS]
 
 
 __all__ = ["arm_train_config", "arms_table", "run_tops_study", "target_checks"]

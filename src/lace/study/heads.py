@@ -42,12 +42,12 @@ class CaptionNegatives:
     valid: torch.Tensor
 
 
-def heads_train_config(settings: HeadsTraining, n_images: int, seed: int, variant: str, n_edits: int,
+def heads_train_config(settings: HeadsTraining, n_images: int, seed: int, variant: str, edit: EditConfig,
                        vocabulary: str, output: str | Path) -> TrainConfig:
-    """The `TrainConfig` of one heads run: `settings`' delta (`HeadsTraining.train_changes`), `variant`'s
-    switches."""
+    """The `TrainConfig` of one heads run: `settings`' delta (`HeadsTraining.train_changes`), the editor's settings
+    `edit` (its M), `variant`'s switches."""
     config = TrainConfig(model="lace-towers", output=str(output), overwrite=True, device="cpu", seed=seed,
-                         edit=EditConfig(n_edits=n_edits), vocabulary=vocabulary, checkpoint_every=0,
+                         edit=edit, vocabulary=vocabulary, checkpoint_every=0,
                          keep_checkpoints=1, log_every=1, precision="fp32")
     config = with_changes(config, {**settings.train_changes(), "batch_size": min(settings.batch_size, n_images)})
     return variant_config(config, variant)
@@ -76,17 +76,20 @@ def train_summary(config: TrainConfig, progress: bool, **inputs) -> dict:
 
 
 def train_on_features(encoder: TowersDualEncoder, train_split: SplitFeatures, settings: HeadsTraining, seed: int,
-                      variant: str = "plain", editor=None, n_edits: int = 4,
+                      variant: str = "plain", editor=None, edit: EditConfig | None = None,
                       caption_negatives: CaptionNegatives | None = None, vocabulary: str = "natural",
                       progress: bool = False) -> dict:
     """Train `encoder`'s heads and logit scale in place with `lace.train.train`; return a summary of the run.
+
+    `edit`: the settings of `editor` (its M, `edit.n_edits`, counterfactuals per embedding and side); default
+    `EditConfig()`.
 
     The data order depends only on `seed`, the number of images and the batch size.
     """
     pairs = FeaturePairs(train_split.image_features, train_split.text_features, train_split.caption_image_index,
                          caption_negatives.features if caption_negatives else None,
                          caption_negatives.valid if caption_negatives else None)
-    config = heads_train_config(settings, len(pairs), seed, variant, n_edits, vocabulary, "run")
+    config = heads_train_config(settings, len(pairs), seed, variant, edit or EditConfig(), vocabulary, "run")
     summary = train_summary(config, progress, dataset=pairs, encoder=encoder, editor=editor)
     encoder.eval()
     # the locked study's records give both shares, 0 for a side the variant makes no negative on

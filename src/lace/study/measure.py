@@ -17,7 +17,7 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders.towers import TowersDualEncoder
 from lace.eval.brittleness import rule_edit_brittleness
 from lace.eval.measure import MeasureConfig, MeasuredSplit, measure, register
-from lace.eval.metrics import pairwise_accuracy
+from lace.eval.metrics import pairwise_correct
 from lace.study.features import (
     BankTextEncoder,
     RecordingTextEncoder,
@@ -67,21 +67,26 @@ def rule_brittleness_texts(rules: RuleNegatives, test: SplitFeatures, max_captio
     return recorder.texts
 
 
-def score_items(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, negative_embeddings: torch.Tensor,
-                items: Sequence[dict]) -> dict[str, float]:
-    """Image->text accuracy per kind: s(image, caption) > s(image, negative); and the macro mean."""
+def item_correct(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, negative_embeddings: torch.Tensor,
+                 items: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Per kind, (n_kind,) bool: s(image, caption) > s(image, negative) for each of its items, in item order."""
     if not items:
         return {}
     images = image_embeddings[[item["image"] for item in items]]
     true = (images * text_embeddings[[item["caption_row"] for item in items]]).sum(-1)
     false = (images * negative_embeddings).sum(-1)
     kinds = np.array([item["kind"] for item in items])
-    figures = {}
-    for kind in SUGARCREPE_KINDS:
-        mask = torch.from_numpy(kinds == kind)
-        if mask.any():
-            figures[kind] = pairwise_accuracy(true[mask], false[mask])
-    figures["mean"] = float(np.mean(list(figures.values())))
+    return {kind: pairwise_correct(true[torch.from_numpy(kinds == kind)], false[torch.from_numpy(kinds == kind)])
+            for kind in SUGARCREPE_KINDS if (kinds == kind).any()}
+
+
+def score_items(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, negative_embeddings: torch.Tensor,
+                items: Sequence[dict]) -> dict[str, float]:
+    """Image->text accuracy per kind: s(image, caption) > s(image, negative) (`item_correct`); and the macro mean."""
+    figures = {kind: float(right.mean()) for kind, right in
+               item_correct(image_embeddings, text_embeddings, negative_embeddings, items).items()}
+    if figures:
+        figures["mean"] = float(np.mean(list(figures.values())))
     return figures
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from lace.experiment.claims import Run, check, difference
+from lace.experiment.variants import ROLE_NAMES
 from lace.report import plots
 from lace.report.document import Report, Table, format_cell
 from lace.report.experiment_tables import add_edit_grid, zeroshot_table
@@ -25,6 +27,11 @@ def mean_std(entry: dict | None) -> str:
     if not entry or entry.get("mean") is None:
         return "—"
     return f"{entry['mean']:.3f} ± {entry['std']:.3f}" if entry.get("n", 1) > 1 else f"{entry['mean']:.3f}"
+
+
+def seeds_note(seeds: int) -> str:
+    """What a fine-tune's cell or bar is: a single value for one seed, else mean ± sample std over the seeds."""
+    return "one seed: single values" if seeds == 1 else f"mean ± sample std (ddof 1) over {seeds} seeds"
 
 
 def _variant_table(summary: dict, metrics: tuple[str, ...], caption: str) -> Table:
@@ -194,8 +201,8 @@ def _finetunes_section(report: Report, results: dict, out: Path) -> None:
     settings = results["finetune_settings"]
     report.paragraph(
         f"Every fine-tune starts from the base heads and sees the same pairs in the same order: {settings['epochs']} "
-        f"epochs, lr {settings['lr']}, batch {settings['batch_size']}, {results['config']['n_edits']} counterfactual "
-        f"edits per side, frozen dictionary of section 4; mean ± std over {results['config']['seeds']} seeds.")
+        f"epochs, lr {settings['lr']}, batch {settings['batch_size']}, {results['config']['edit']['n_edits']} counterfactual "
+        f"edits per side, frozen dictionary of section 4; {seeds_note(results['config']['seeds'])}.")
     report.table(_variant_table(summary, RETRIEVAL, "Retrieval on test."))
     report.table(_variant_table(summary, GEOMETRY, "Geometry on test (k=10)."))
     report.table(_variant_table(summary, COMPOSITION,
@@ -215,7 +222,7 @@ def _finetunes_section(report: Report, results: dict, out: Path) -> None:
              for m in metrics},
             figures_dir / f"finetune_{name}.png", f"Fine-tunes: {name}", ylabel,
             errors={m: {v: summary[v][m]["std"] for v in variants} for m in metrics})
-        report.figure(bars.relative_to(out), f"Fine-tunes: {name} (mean ± std over seeds).")
+        report.figure(bars.relative_to(out), f"Fine-tunes: {name} ({seeds_note(results['config']['seeds'])}).")
     task = results["zeroshot_task"]
     report.paragraph(
         "Zero-shot classification before and after every fine-tune. Flickr8k has no class labels, so the task is a "
@@ -234,9 +241,8 @@ def _finetunes_section(report: Report, results: dict, out: Path) -> None:
 
 def _statement_section(report: Report, results: dict, out: Path) -> None:
     """Section 7: the plain statement of what LACE changed."""
-    summary = results["summary"]
     report.heading("7. What LACE changed, and what it did not")
-    report.bullets(base_statement(results) + plain_statement(summary))
+    report.bullets(base_statement(results) + plain_statement(results["finetunes"]))
     report.bullets(CAVEATS)
 
 
@@ -311,25 +317,29 @@ def base_statement(results: dict) -> list[str]:
     return lines
 
 
-def plain_statement(summary: dict) -> list[str]:
-    """One sentence per (variant, metric) against the plain fine-tune: the difference and
-    whether it exceeds the seed-to-seed spread (2 x the larger std)."""
-    if "plain" not in summary:
+def plain_statement(finetunes: dict[str, list[dict]]) -> list[str]:
+    """One sentence per (variant, metric) against the plain fine-tune (`finetunes`: variant -> per seed
+    {"figures": ...}): the difference, and better or worse only where its bootstrap interval over seeds lies wholly
+    on one side of no change (`lace.experiment.claims`), else not decided."""
+    if "plain" not in finetunes:
         return ["No plain fine-tune was run, so nothing is compared."]
+
+    def samples(variant: str, figure: str, split: str) -> list[Run]:
+        return [Run(float(run["figures"][figure])) for run in finetunes.get(variant, [])
+                if run["figures"].get(figure) is not None]
+
     lines = []
-    for variant in [v for v in summary if v not in ("base", "plain")]:
+    for variant in [v for v in finetunes if v != "plain"]:
+        arms = dict.fromkeys(ROLE_NAMES) | {"plain": "plain", "best": variant}
         parts = []
         for metric, better in COMPARED:
-            ours, plain = summary[variant].get(metric), summary["plain"].get(metric)
-            if not ours or not plain or ours["mean"] is None or plain["mean"] is None:
+            verdict = check(difference(metric, metric, "best", "plain", ">" if better == "higher" else "<"), arms,
+                            samples)
+            if verdict.estimate is None:
                 continue
-            difference = ours["mean"] - plain["mean"]
-            spread = 2 * max(ours["std"], plain["std"])
-            if abs(difference) <= spread or difference == 0:
-                verdict = "no change beyond seed spread"
-            else:
-                improved = difference > 0 if better == "higher" else difference < 0
-                verdict = "better" if improved else "worse"
-            parts.append(f"{metric} {ours['mean']:.3f} vs {plain['mean']:.3f} ({difference:+.3f}, {verdict})")
+            ours, plain = (np.mean([run.value for run in samples(arm, metric, "")]) for arm in (variant, "plain"))
+            word = {"met": "better", "missed": "worse" if verdict.estimate else "no change"}.get(
+                verdict.status, f"not decided, {verdict.n}")
+            parts.append(f"{metric} {ours:.3f} vs {plain:.3f} ({verdict.estimate:+.3f}, {word})")
         lines.append(f"{variant} against plain: " + "; ".join(parts) + ".")
     return lines

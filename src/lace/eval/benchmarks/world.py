@@ -45,6 +45,18 @@ class WorldItems:
     winoground: WinogroundItems = field(default_factory=WinogroundItems)
 
 
+def binding_correct(cache: EmbeddingCache, data: WorldItems) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) bool per binding item, image->text (the caption beats the negative caption for the image) and
+    text->image (the image beats the negative image for the caption)."""
+    images = cache.images([(p, None) for p in data.images])  # (n, d)
+    negative_images = cache.images([(p, None) for p in data.negative_images])
+    captions, negative_captions = cache.texts(data.captions), cache.texts(data.negative_captions)
+    positive = (images * captions).sum(-1)  # (n,) s(image, caption)
+    i2t = (positive > (images * negative_captions).sum(-1)).numpy()
+    t2i = (positive > (captions * negative_images).sum(-1)).numpy()
+    return i2t, t2i
+
+
 @register_benchmark("world")
 class World(Benchmark):
     published_at = "`lace world --out DIR` (generated locally)"
@@ -78,12 +90,7 @@ class World(Benchmark):
         self, encoder: DualEncoder, data: WorldItems, cache: EmbeddingCache | None = None, progress: bool = False
     ) -> dict[str, float]:
         cache = cache_for(encoder, cache, progress)
-        images = cache.images([(p, None) for p in data.images])  # (n, d)
-        negative_images = cache.images([(p, None) for p in data.negative_images])
-        captions, negative_captions = cache.texts(data.captions), cache.texts(data.negative_captions)
-        positive = (images * captions).sum(-1)  # (n,) s(image, caption)
-        i2t = (positive > (images * negative_captions).sum(-1)).numpy()
-        t2i = (positive > (captions * negative_images).sum(-1)).numpy()
+        i2t, t2i = binding_correct(cache, data)
         figures: dict[str, float] = {}
         for direction, correct in (("i2t", i2t), ("t2i", t2i)):
             for family, value in group_accuracy(correct, data.families).items():
