@@ -15,6 +15,20 @@ import numpy as np
 from lace.errors import LaceInputError
 
 
+def current_umask() -> int:
+    """The process's file-mode creation mask, read without changing it (Linux's /proc; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success rename it over `path` atomically.
@@ -30,6 +44,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        # mkstemp (and writers that replace the file, such as safetensors) make owner-only files: give it the
+        # mode open() would, so that others read what lace writes as the umask allows
+        os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
