@@ -3,14 +3,18 @@ is taken, and every file lace writes is as readable as the umask allows."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lace.cli import main
+from lace.cli import COMMANDS, build_parser, main
 from tests.conftest import make_images
 
 MODEL = "lace-micro-32"
@@ -107,3 +111,51 @@ def test_every_file_lace_writes_follows_the_umask(trained, tmp_path):
     wrong = {name: oct(mode) for name, mode in modes.items()
              if mode != (0o755 if (out / name).is_dir() else 0o644)}
     assert not wrong, wrong
+
+
+SOURCE = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.mark.parametrize("words", [["--help"], ["train", "--help"]])
+def test_help_imports_neither_torch_nor_open_clip(words):
+    code = ("import sys\nfrom lace.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('torch', 'open_clip', 'lace.train.loop') if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code, *words], check=False, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHONPATH": str(SOURCE)})
+    assert result.returncode == 0, result.stderr
+    assert "usage: lace" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_command_list_is_what_each_command_says_of_itself():
+    full = build_parser()
+    subparsers = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    assert {action.dest: action.help for action in subparsers._choices_actions} == {
+        name: summary for name, (_, summary) in COMMANDS.items()}
+
+
+def test_an_unknown_flag_gets_the_commands_usage_and_the_closest_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--batchsize", "8", "--no-progress"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "usage: lace train" in error and "--batchsize: did you mean --batch-size?" in error
+    with pytest.raises(SystemExit):
+        main(["trian", "--help"])
+    assert "did you mean train?" in capsys.readouterr().err
+
+
+def test_open_clip_train_flags_and_a_tab_separated_csv(trained, tmp_path, caplog):
+    rows = (trained / "pairs.csv").read_text().splitlines()[1:]
+    tabbed = tmp_path / "tabbed.csv"  # tab-separated, named .csv, with columns of its own names
+    tabbed.write_text("img\tcap\n" + "".join(f"{trained / row.split(',')[0]}\t{row.split(',')[1]}\n" for row in rows))
+    common = ["train", "--model", MODEL, "--steps", "1", "--batch-size", "8", "--device", "cpu", "--no-progress"]
+    assert main([*common, "--train-data", str(tabbed), "--csv-separator", "\\t", "--csv-img-key", "img",
+                 "--csv-caption-key", "cap", "--wd", "0.05", "--workers", "0", "--threads", "1",
+                 "--output", str(tmp_path / "open_clip_names")]) == 0
+    config = json.loads((tmp_path / "open_clip_names" / "config.json").read_text())
+    assert (config["data"], config["weight_decay"], config["csv_img_key"]) == (str(tabbed), 0.05, "img")
+    # without --csv-separator the tabs are found and said; the old names keep working
+    assert main([*common, "--data", str(tabbed), "--csv-img-key", "img", "--csv-caption-key", "cap",
+                 "--weight-decay", "0.05", "--num-workers", "0", "--out", str(tmp_path / "old_names")]) == 0
+    assert "read as tab-separated" in caplog.text

@@ -9,10 +9,12 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from lace.errors import LaceInputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def current_umask() -> int:
@@ -145,6 +147,8 @@ def read_safetensors(path: str | os.PathLike) -> dict:
 
 def open_npy(path: str | os.PathLike, what: str = "array") -> np.ndarray:
     """Memory-map a `.npy` file read-only; a missing, truncated or damaged one is a `LaceInputError` naming it."""
+    import numpy as np  # here, so that `lace --help` (which writes through this module) imports no numpy
+
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")

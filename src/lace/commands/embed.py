@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     add_data_arguments(parser)
     add_output_arguments(parser, "embedding store folder to write")
     parser.add_argument("--batch-size", type=int, default=64, help="images per batch (texts use 4x)")
-    parser.add_argument("--workers", type=int, default=0, help="image-decoding worker processes")
+    parser.add_argument("--workers", "--num-workers", type=int, default=0, help="image-decoding worker processes")
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 
-from lace.commands.common import add_progress_argument
+from lace.commands.common import add_progress_argument, add_threads_argument, set_threads
 from lace.config import add_config_arguments, config_from_args
-from lace.train import TrainConfig, train
+from lace.train.config import TrainConfig
 
-TRAIN_FLAGS = {"output": ("--out", "--output")}
+# open_clip_train's names for the same settings are aliases (docs/cli.md maps every open_clip_train flag)
+TRAIN_FLAGS = {
+    "output": ("--out", "--output"),
+    "data": ("--data", "--train-data"),
+    "weight_decay": ("--weight-decay", "--wd"),
+    "num_workers": ("--workers", "--num-workers"),
+}
 
 
 def add_parser(subparsers) -> None:
@@ -26,11 +32,15 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields (flags override it)")
     add_config_arguments(parser, TrainConfig, flags=TRAIN_FLAGS)
+    add_threads_argument(parser)
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from lace.train import train
+
+    set_threads(args.threads)
     config = config_from_args(TrainConfig, args, yaml_path=args.config)
     result = train(config, progress=args.progress)
     if os.environ.get("RANK", "0") == "0":  # one summary line, from the main process

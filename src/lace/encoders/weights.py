@@ -87,7 +87,7 @@ def resolve_pretrained(pretrained: str | None) -> Weights:
     if path.is_file():
         return _file(path, pretrained)
     if "/" in pretrained or "\\" in pretrained or path.suffix in (".pt", ".pth", ".bin", ".safetensors", ".json"):
-        raise LaceInputError(f"{pretrained}: not found (--pretrained: expected {EXPECTED})")
+        raise LaceInputError(f"{pretrained}: checkpoint file not found (--pretrained: expected {EXPECTED})")
     return Weights("tag", pretrained)
 
 

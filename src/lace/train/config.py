@@ -53,6 +53,13 @@ class TrainConfig(ArmSwitches):
     """Karpathy split to train on (train, restval counts as train); None keeps all images."""
     image_root: str | None = None
     """Folder the image paths of the data file are relative to (default: next to the file)."""
+    csv_separator: str | None = None
+    """Column separator of CSV data, e.g. '\\t' (default: ',' for .csv, tab for .tsv and for a .csv whose header
+    has tabs and no commas)."""
+    csv_img_key: str | None = None
+    """Image-path column of CSV data (default: the first of filepath, image, image_path, file_name, filename, path)."""
+    csv_caption_key: str | None = None
+    """Caption column of CSV data (default: the first of caption, title, text, sentence)."""
     output: str = "runs/train"
     """Run folder: config.json, metrics.jsonl, checkpoints/."""
     overwrite: bool = False

@@ -284,7 +284,8 @@ class Trainer:
         if dataset is None:
             if config.data is None:
                 raise LaceInputError("train config: field 'data': expected a dataset path (--data)")
-            dataset = read_dataset(config.data, split=config.split, image_root=config.image_root)
+            dataset = read_dataset(config.data, split=config.split, image_root=config.image_root,
+                                   csv_columns=(config.csv_img_key, config.csv_caption_key, config.csv_separator))
         if not isinstance(dataset, ImageTextDataset):
             raise LaceInputError(f"train(): expected an ImageTextDataset or TensorPairs, got {type(dataset).__name__}")
         dataset, missing = drop_missing_images(dataset, config.on_missing_image)
