@@ -159,3 +159,13 @@ def test_open_clip_train_flags_and_a_tab_separated_csv(trained, tmp_path, caplog
     assert main([*common, "--data", str(tabbed), "--csv-img-key", "img", "--csv-caption-key", "cap",
                  "--weight-decay", "0.05", "--num-workers", "0", "--out", str(tmp_path / "old_names")]) == 0
     assert "read as tab-separated" in caplog.text
+
+
+def test_an_epoch_is_a_pass_over_the_csv_rows(trained, tmp_path, capsys):
+    rows = (trained / "pairs.csv").read_text().splitlines()
+    doubled = tmp_path / "two_captions.csv"  # 20 images, two captions each: 40 rows
+    doubled.write_text("\n".join([rows[0]] + [f"{trained / row.split(',')[0]},{caption}" for row in rows[1:]
+                                               for caption in (row.split(",")[1], "a shape")]) + "\n")
+    assert main(["train", "--model", MODEL, "--train-data", str(doubled), "--epochs", "1", "--batch-size", "8",
+                 "--device", "cpu", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    assert "trained 5 steps" in capsys.readouterr().out  # 40 rows / 8, not 20 images / 8

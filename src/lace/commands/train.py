@@ -15,6 +15,8 @@ TRAIN_FLAGS = {
     "data": ("--data", "--train-data"),
     "weight_decay": ("--weight-decay", "--wd"),
     "num_workers": ("--workers", "--num-workers"),
+    "warmup_steps": ("--warmup-steps", "--warmup"),
+    "log_every": ("--log-every", "--log-every-n-steps"),
 }
 
 

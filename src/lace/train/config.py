@@ -70,7 +70,9 @@ class TrainConfig(ArmSwitches):
     steps: int = 1000
     """Optimiser steps to run (ignored when epochs is set)."""
     epochs: float | None = None
-    """Passes over the data; sets steps = ceil(epochs * batches per epoch / grad_accumulation)."""
+    """Passes over the data, as open_clip_train counts them: over its rows (image-caption pairs) for data read from
+    a file (over the images for in-memory pairs and cached features); sets steps = ceil(epochs * rows // batch_size
+    / grad_accumulation)."""
     batch_size: int = 128
     """Global batch size: pairs per contrastive loss, summed over all processes."""
     lr: float = 1e-5

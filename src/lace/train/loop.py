@@ -180,7 +180,7 @@ class Trainer:
         self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
         self.total_steps = config.steps
         if config.epochs is not None:
-            self.total_steps = math.ceil(config.epochs * self.order.batches_per_epoch / config.grad_accumulation)
+            self.total_steps = math.ceil(config.epochs * self._batches_per_epoch() / config.grad_accumulation)
         self.editor = None
         if config.uses_counterfactuals:
             self.editor = editor if editor is not None else run_editor(config, self.encoder)
@@ -276,6 +276,14 @@ class Trainer:
             raise LaceInputError(f"{where}: field 'edited_image_rows': expected the TopPairs' {' and '.join(missing)} "
                                  "(each edit's caption is written from the caption texts, and its token states made "
                                  "through the text tower below the cut)")
+
+    def _batches_per_epoch(self) -> int:
+        """Batches in one of `--epochs`: a pass over the rows (image-caption pairs) of data read from a file, as
+        open_clip_train counts an epoch; a pass over the images of in-memory pairs and cached features (the
+        studies' heads and tower tops)."""
+        if isinstance(self.pairs, ImagePairs):
+            return max(1, sum(self.pairs.n_captions) // self.config.batch_size)
+        return self.order.batches_per_epoch
 
     def _training_pairs(self, dataset) -> tuple[ImagePairs | TensorPairs | FeaturePairs | TopPairs, int]:
         config = self.config
