@@ -169,3 +169,24 @@ def test_an_epoch_is_a_pass_over_the_csv_rows(trained, tmp_path, capsys):
     assert main(["train", "--model", MODEL, "--train-data", str(doubled), "--epochs", "1", "--batch-size", "8",
                  "--device", "cpu", "--no-progress", "--out", str(tmp_path / "run")]) == 0
     assert "trained 5 steps" in capsys.readouterr().out  # 40 rows / 8, not 20 images / 8
+
+
+def test_pretrained_takes_a_hugging_face_folder(trained, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    from tests.test_encoders import _write_clip_tokenizer
+
+    folder = tmp_path / "hf"
+    config = transformers.CLIPConfig(
+        text_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                     "max_position_embeddings": 32, "vocab_size": 49408},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                       "image_size": 32, "patch_size": 8},
+        projection_dim=16)
+    transformers.CLIPModel(config).save_pretrained(folder)
+    _write_clip_tokenizer(folder)
+    transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt")).save_pretrained(folder)
+    assert embed(trained, str(folder), tmp_path / "store", model="hf-clip") == 0
+    assert np.load(tmp_path / "store" / "image_embeddings.npy").shape == (20, 16)
+    capsys.readouterr()  # transformers' own bars
+    error = one_line_error(capsys, embed_argv(trained, str(folder), tmp_path / "wrong"))
+    assert "a Hugging Face clip folder" in error and "--model hf-clip" in error

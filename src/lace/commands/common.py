@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+PRETRAINED_HELP = ("weights: a `lace train` run folder (its latest checkpoint), a training checkpoint, an export or "
+                   "state dict file, a Hugging Face folder (with --model hf-clip), an open_clip tag (e.g. openai), "
+                   "or none for random init (default)")
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
                         help="open_clip architecture (ViT-B-32, lace-tiny, ...), 'hf-clip:<dir or hub id>' or 'lace-towers'")
-    parser.add_argument("--pretrained", default=None,
-                        help="open_clip pretrained tag (e.g. openai), a checkpoint path, or 'none' for random init")
+    parser.add_argument("--pretrained", default=None, help=PRETRAINED_HELP)
     add_device_argument(parser)
 
 

@@ -8,7 +8,12 @@ import time
 import numpy as np
 import torch
 
-from lace.commands.common import add_device_argument, add_output_arguments, add_progress_argument
+from lace.commands.common import (
+    PRETRAINED_HELP,
+    add_device_argument,
+    add_output_arguments,
+    add_progress_argument,
+)
 from lace.concepts.labelled import (
     concept_directions_for_store,
     load_labelled_dictionary,
@@ -41,7 +46,7 @@ def add_parser(subparsers) -> None:
     )
     fit.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
     fit.add_argument("--model", default=None, help="text encoder for prompt-template concept directions (optional)")
-    fit.add_argument("--pretrained", default=None, help="pretrained tag or checkpoint for --model")
+    fit.add_argument("--pretrained", default=None, help=PRETRAINED_HELP)
     add_device_argument(fit)
     add_config_arguments(fit, DictionaryConfig)
     add_output_arguments(fit, "dictionary folder to write")

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from lace.commands.common import add_progress_argument
+from lace.commands.common import PRETRAINED_HELP, add_progress_argument
 from lace.commands.demo import quick_config
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.config import config_from_dict, config_to_dict
@@ -31,14 +31,14 @@ def add_parser(subparsers) -> None:
                     "world of `lace demo` (its cached base model and dictionary, made first if missing).",
     )
     parser.add_argument("--model", default=None, help="model to explore (as `lace eval --model`); none: the demo's base")
-    parser.add_argument("--pretrained", default=None, help="its weights (open_clip tag or checkpoint path)")
+    parser.add_argument("--pretrained", default=None, help=PRETRAINED_HELP)
     parser.add_argument("--dictionary", "--dict", dest="dictionary", default=None,
                         help="dictionary folder written by `lace dict fit` for this model (none: codes and edits off)")
     parser.add_argument("--data", default=None, help="image-caption data (COCO, Karpathy, CSV, webdataset)")
     parser.add_argument("--split", default=None, help="Karpathy split to show (default: all; a finished demo's: test)")
     parser.add_argument("--image-root", default=None, help="folder the image paths are relative to")
     parser.add_argument("--model2", default=None, help="a second model to compare side by side")
-    parser.add_argument("--pretrained2", default=None, help="the second model's weights")
+    parser.add_argument("--pretrained2", default=None, help="the second model's weights (as --pretrained)")
     parser.add_argument("--dictionary2", default=None,
                         help="the second model's dictionary (default: the first one's, when the dimensions match)")
     parser.add_argument("--demo", default="runs/demo",

@@ -46,7 +46,8 @@ class TrainConfig(ArmSwitches):
     model: str = "lace-tiny"
     """Architecture: an open_clip name (ViT-B-32, lace-tiny, lace-micro-32, ...)."""
     pretrained: str | None = None
-    """Starting weights: open_clip tag (openai), a checkpoint path, or none for random init."""
+    """Starting weights: a run folder (its latest checkpoint), a training checkpoint, an export, a Hugging Face folder,
+    an open_clip tag (openai), or none for random init (`lace.encoders.weights`)."""
     data: str | None = None
     """Training data: COCO captions JSON, Karpathy JSON, CSV/TSV or webdataset shards."""
     split: str | None = None
