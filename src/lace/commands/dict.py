@@ -5,28 +5,18 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-import torch
-
 from lace.commands.common import (
     PRETRAINED_HELP,
     add_device_argument,
     add_output_arguments,
     add_progress_argument,
 )
-from lace.concepts.labelled import (
-    concept_directions_for_store,
-    load_labelled_dictionary,
-    save_labelled_dictionary,
-)
 from lace.config import add_config_arguments, config_from_args, config_to_dict
-from lace.edits import EditConfig, build_editor, parse_edit
-from lace.embeddings import EmbeddingStore
+from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
+from lace.experiment.dictionary_config import DictionaryConfig
 from lace.io import atomic_dir, atomic_write_json, prepare_output_dir
 from lace.manifest import add_to_manifest
-from lace.report.plots import atom_bars
 
 
 def add_parser(subparsers) -> None:
@@ -73,6 +63,10 @@ def add_parser(subparsers) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    from lace.concepts.labelled import concept_directions_for_store, save_labelled_dictionary
+    from lace.embeddings import EmbeddingStore
+    from lace.experiment.dictionary import fit_labelled_dictionary
+
     config = config_from_args(DictionaryConfig, args)
     store = EmbeddingStore.open(args.embeddings)
     out = prepare_output_dir(args.out, overwrite=args.overwrite, inputs=(args.embeddings,))
@@ -108,6 +102,14 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from lace.concepts.labelled import load_labelled_dictionary
+    from lace.edits import build_editor, parse_edit
+    from lace.embeddings import EmbeddingStore
+    from lace.report.plots import atom_bars
+
     labelled = load_labelled_dictionary(args.dict)
     edit_config = config_from_args(EditConfig, args, prefix="edit.")
     dictionary, directions, labelling = labelled.dictionary, labelled.directions, labelled.labelling

@@ -8,12 +8,8 @@ from pathlib import Path
 
 from lace.commands.common import PRETRAINED_HELP, add_progress_argument
 from lace.commands.demo import quick_config
-from lace.concepts.labelled import load_labelled_dictionary
 from lace.config import config_from_dict, config_to_dict
-from lace.data import read_dataset
-from lace.demo import DemoConfig
-from lace.demo.pipeline import demo_model_and_dictionary
-from lace.encoders import load_encoder
+from lace.demo.config import DemoConfig
 from lace.errors import LaceInputError, input_error
 from lace.io import atomic_write_json, read_json
 
@@ -80,6 +76,11 @@ def session_from_args(args: argparse.Namespace):
 
 def _inputs(args: argparse.Namespace):
     """The dataset and (name, encoder, labelled dictionary) of each model; the demo's when no --model is given."""
+    from lace.concepts.labelled import load_labelled_dictionary
+    from lace.data import read_dataset
+    from lace.demo.pipeline import demo_model_and_dictionary
+    from lace.encoders import load_encoder
+
     if args.model is None:
         if args.pretrained or args.data or args.dictionary:
             raise input_error("--model", None, "a model whenever --pretrained, --data or --dictionary is given", None)

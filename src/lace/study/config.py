@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.experiment.dictionary import DictionaryConfig
+from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig
 from lace.train.config import TrainConfig
