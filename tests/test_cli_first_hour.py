@@ -54,7 +54,9 @@ def test_pretrained_takes_a_run_its_checkpoints_and_its_export(trained, tmp_path
     earlier = tmp_path / "earlier"
     assert embed(trained, str(run / "checkpoints" / "step_0000001.safetensors"), earlier) == 0
     assert not np.allclose(np.load(earlier / "image_embeddings.npy"), stores["run"], atol=1e-4)
-    # training goes on from any of them too
+    # WiSE-FT mixes with one of the run's own checkpoints, and training goes on from any of them
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "mix.pt"), "--interpolate", "0.5",
+                 "--base", sources["checkpoint"].replace("step_0000002", "step_0000001")]) == 0
     assert main(["train", "--model", MODEL, "--pretrained", sources["checkpoint"], "--data",
                  str(trained / "pairs.csv"), "--output", str(tmp_path / "again"), "--steps", "1", "--batch-size", "8",
                  "--device", "cpu", "--no-progress"]) == 0
