@@ -3,7 +3,7 @@
 Floor: `python -c "import torch"`, what any command that runs a model pays anyway (a `--help` that costs less
 than it imports no torch). Peer: `python -m open_clip_train.main --help`, the help of the training command
 lace's flags borrow from, when open_clip_train is installed (it imports torch and open_clip before parsing);
-`vs_peer_ratio` is `lace train --help` over it, null without it. Each time is the median wall time of --repeats
+`vs_peer_ratio` is `lace train --help` over it, null (and the reason printed) when it cannot run here. Each time is the median wall time of --repeats
 runs, alternated so that a busy machine slows all alike; the load average is printed with the figures.
 `peak_gb` is the largest resident set of the lace processes. Target: `lace --help` <= 1.0 s.
 
@@ -35,6 +35,17 @@ def wall_seconds(command: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def why_it_cannot_run(command: list[str]) -> str | None:
+    """None when `command` runs here, else why not (for the peer, which may be absent or miss a dependency)."""
+    if importlib.util.find_spec("open_clip_train") is None:
+        return "open_clip_train is not installed"
+    result = subprocess.run(command, check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"its --help fails here ({last})"
+    return None
+
+
 def median_times(commands: dict[str, list[str]], repeats: int) -> dict[str, float]:
     """Median wall time of each command over `repeats` rounds (one run of each per round)."""
     times: dict[str, list[float]] = {name: [] for name in commands}
@@ -53,13 +64,17 @@ def main() -> None:
                          "train_help": [python, "-m", "lace", "train", "--help"]}, args.repeats)
     peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB, lace's runs only so far
     others = {"import_torch": [python, "-c", "import torch"]}
-    if importlib.util.find_spec("open_clip_train") is not None:
-        others["open_clip_train_help"] = [python, "-m", "open_clip_train.main", "--help"]
+    peer_command = [python, "-m", "open_clip_train.main", "--help"]
+    peer_note = why_it_cannot_run(peer_command)
+    if peer_note is None:
+        others["open_clip_train_help"] = peer_command
     floor = median_times(others, args.repeats)
     rows = [("lace --help", lace["help"]), ("lace train --help", lace["train_help"]),
             ('python -c "import torch" (floor)', floor["import_torch"])]
     if "open_clip_train_help" in floor:
         rows.append(("python -m open_clip_train.main --help (peer)", floor["open_clip_train_help"]))
+    else:
+        print(f"peer python -m open_clip_train.main --help not timed: {peer_note}")
     print(f"median of {args.repeats} runs each; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'command':<48}{'seconds':>9}")
     for name, seconds in rows:
