@@ -11,7 +11,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "lace"
 # experiment layer and what stands on it. A room may import its own rank and below; rooms that share a
 # rank (the demo and the study) may not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
+    ("errors", "lazy"),
     ("io", "config", "distributed", "row_random", "progress"),
     ("manifest",),
     ("data",),

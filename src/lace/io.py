@@ -9,10 +9,26 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from lace.errors import LaceInputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def current_umask() -> int:
+    """The process's file-mode creation mask, read without changing it (Linux's /proc; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -30,6 +46,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        # mkstemp (and writers that replace the file, such as safetensors) make owner-only files: give it the
+        # mode open() would, so that others read what lace writes as the umask allows
+        os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -128,6 +147,8 @@ def read_safetensors(path: str | os.PathLike) -> dict:
 
 def open_npy(path: str | os.PathLike, what: str = "array") -> np.ndarray:
     """Memory-map a `.npy` file read-only; a missing, truncated or damaged one is a `LaceInputError` naming it."""
+    import numpy as np  # here, so that `lace --help` (which writes through this module) imports no numpy
+
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")

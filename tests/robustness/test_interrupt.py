@@ -71,7 +71,7 @@ def test_sigint_during_dictionary_fit_leaves_no_folder_and_the_printed_command_f
                                                                                          capfd):
     out = tmp_path / "dictionary"
     argv = [*dict_argv(toy_store, out), "--overwrite"]
-    code = run_killed(argv, KillPoint("lace.commands.dict", "save_labelled_dictionary", 1), signal.SIGINT)
+    code = run_killed(argv, KillPoint("lace.concepts.labelled", "save_labelled_dictionary", 1), signal.SIGINT)
     assert code == 130
     stderr = capfd.readouterr().err
     assert "lace dict: interrupted; no half-written output is left" in stderr

@@ -82,7 +82,7 @@ def test_dict_fit_killed_twice_then_rerun_gives_the_same_dictionary(toy_store, t
     rng = random.Random(SEED)
     out = tmp_path / "killed"
     # before the fit, or at one of the renames that write its eight files and move the folder into place
-    for point in [KillPoint("lace.commands.dict", "fit_labelled_dictionary", 1),
+    for point in [KillPoint("lace.experiment.dictionary", "fit_labelled_dictionary", 1),
                   KillPoint("lace.io", "os.replace", rng.randint(1, 9))]:
         assert run_killed(dict_argv(toy_store, out), point) == -9, point
         assert not out.exists() or not any(out.iterdir()), f"files left in {out} after a kill at {point}"

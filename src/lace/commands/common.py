@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import argparse
 
+PRETRAINED_HELP = ("weights: a `lace train` run folder (its latest checkpoint), a training checkpoint, an export or "
+                   "state dict file, a Hugging Face folder (with --model hf-clip), an open_clip tag (e.g. openai), "
+                   "or none for random init (default)")
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
                         help="open_clip architecture (ViT-B-32, lace-tiny, ...), 'hf-clip:<dir or hub id>' or 'lace-towers'")
-    parser.add_argument("--pretrained", default=None,
-                        help="open_clip pretrained tag (e.g. openai), a checkpoint path, or 'none' for random init")
-    parser.add_argument("--device", default="cuda" if _cuda() else "cpu", help="torch device (default: cuda if available)")
+    parser.add_argument("--pretrained", default=None, help=PRETRAINED_HELP)
+    add_device_argument(parser)
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    # argparse passes a string default through `type` only once the command runs, so `--help` imports no torch
+    parser.add_argument("--device", default="auto", type=torch_device,
+                        help="torch device: auto (cuda if available), cpu, cuda, cuda:1, ... (default: auto)")
+
+
+def torch_device(name: str) -> str:
+    """`name`, with auto read as cuda when a GPU is available, else cpu."""
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def add_data_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -30,7 +48,14 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
                         help="show progress bars on long work")
 
 
-def _cuda() -> bool:
-    import torch
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's own, one per core; 1 when other jobs share the cores)")
 
-    return torch.cuda.is_available()
+
+def set_threads(threads: int | None) -> None:
+    """Give torch `threads` CPU threads (None: leave torch's default)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))

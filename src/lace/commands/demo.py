@@ -9,9 +9,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from lace.config import add_config_arguments, config_from_args, flag_dests, flags_as_fields
-from lace.demo import DemoConfig, run_demo
-from lace.demo.report import summary_markdown
-from lace.demo.sweep import read_grid, reuse_run, run_sweep, sweep_report
+from lace.demo.config import DemoConfig
 from lace.experiment.variants import with_changes
 
 
@@ -46,6 +44,10 @@ def quick_config(config: DemoConfig, given: Collection[str] = ()) -> DemoConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lace.demo import run_demo
+    from lace.demo.report import summary_markdown
+    from lace.demo.sweep import read_grid, reuse_run, run_sweep, sweep_report
+
     config = config_from_args(DemoConfig, args, args.config)
     if args.quick:
         dests = flag_dests(DemoConfig)

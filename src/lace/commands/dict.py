@@ -5,24 +5,18 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-import torch
-
-from lace.commands.common import add_output_arguments, add_progress_argument
-from lace.concepts.labelled import (
-    concept_directions_for_store,
-    load_labelled_dictionary,
-    save_labelled_dictionary,
+from lace.commands.common import (
+    PRETRAINED_HELP,
+    add_device_argument,
+    add_output_arguments,
+    add_progress_argument,
 )
 from lace.config import add_config_arguments, config_from_args, config_to_dict
-from lace.edits import EditConfig, build_editor, parse_edit
-from lace.edits.build import check_store_dimension
-from lace.embeddings import EmbeddingStore
+from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.experiment.dictionary import DictionaryConfig, fit_labelled_dictionary
+from lace.experiment.dictionary_config import DictionaryConfig
 from lace.io import atomic_dir, atomic_write_json, prepare_output_dir, removed_on_failure
 from lace.manifest import add_to_manifest
-from lace.report.plots import atom_bars
 
 
 def add_parser(subparsers) -> None:
@@ -42,9 +36,8 @@ def add_parser(subparsers) -> None:
     )
     fit.add_argument("--embeddings", required=True, help="embedding store folder written by `lace embed`")
     fit.add_argument("--model", default=None, help="text encoder for prompt-template concept directions (optional)")
-    fit.add_argument("--pretrained", default=None, help="pretrained tag or checkpoint for --model")
-    fit.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                     help="torch device (default: cuda if available)")
+    fit.add_argument("--pretrained", default=None, help=PRETRAINED_HELP)
+    add_device_argument(fit)
     add_config_arguments(fit, DictionaryConfig)
     add_output_arguments(fit, "dictionary folder to write")
     add_progress_argument(fit)
@@ -75,6 +68,10 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
+    from lace.concepts.labelled import concept_directions_for_store, save_labelled_dictionary
+    from lace.embeddings import EmbeddingStore
+    from lace.experiment.dictionary import fit_labelled_dictionary
+
     config = config_from_args(DictionaryConfig, args)
     store = EmbeddingStore.open(args.embeddings)
     out = prepare_output_dir(args.out, overwrite=args.overwrite, inputs=(args.embeddings,))
@@ -110,6 +107,15 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from lace.concepts.labelled import load_labelled_dictionary
+    from lace.edits import build_editor, parse_edit
+    from lace.edits.build import check_store_dimension
+    from lace.embeddings import EmbeddingStore
+    from lace.report.plots import atom_bars
+
     labelled = load_labelled_dictionary(args.dict)
     edit_config = config_from_args(EditConfig, args, prefix="edit.")
     dictionary, directions, labelling = labelled.dictionary, labelled.directions, labelled.labelling

@@ -31,7 +31,7 @@ def add_parser(subparsers) -> None:
     add_data_arguments(parser)
     add_output_arguments(parser, "embedding store folder to write")
     parser.add_argument("--batch-size", type=int, default=64, help="images per batch (texts use 4x)")
-    parser.add_argument("--workers", type=int, default=0, help="image-decoding worker processes")
+    parser.add_argument("--workers", "--num-workers", type=int, default=0, help="image-decoding worker processes")
     parser.add_argument("--missing-images", choices=MISSING_IMAGE_POLICIES, default="error",
                         help="image files that are missing or unreadable: error (name them) or skip (leave them out)")
     add_progress_argument(parser)

@@ -6,14 +6,10 @@ import argparse
 import time
 from pathlib import Path
 
-from lace.commands.common import add_progress_argument
+from lace.commands.common import PRETRAINED_HELP, add_progress_argument
 from lace.commands.demo import quick_config
-from lace.concepts.labelled import load_labelled_dictionary
 from lace.config import config_from_dict, config_to_dict
-from lace.data import read_dataset
-from lace.demo import DemoConfig
-from lace.demo.pipeline import demo_model_and_dictionary
-from lace.encoders import load_encoder
+from lace.demo.config import DemoConfig
 from lace.errors import LaceInputError, input_error
 from lace.io import atomic_write_json, read_json
 
@@ -31,14 +27,14 @@ def add_parser(subparsers) -> None:
                     "world of `lace demo` (its cached base model and dictionary, made first if missing).",
     )
     parser.add_argument("--model", default=None, help="model to explore (as `lace eval --model`); none: the demo's base")
-    parser.add_argument("--pretrained", default=None, help="its weights (open_clip tag or checkpoint path)")
+    parser.add_argument("--pretrained", default=None, help=PRETRAINED_HELP)
     parser.add_argument("--dictionary", "--dict", dest="dictionary", default=None,
                         help="dictionary folder written by `lace dict fit` for this model (none: codes and edits off)")
     parser.add_argument("--data", default=None, help="image-caption data (COCO, Karpathy, CSV, webdataset)")
     parser.add_argument("--split", default=None, help="Karpathy split to show (default: all; a finished demo's: test)")
     parser.add_argument("--image-root", default=None, help="folder the image paths are relative to")
     parser.add_argument("--model2", default=None, help="a second model to compare side by side")
-    parser.add_argument("--pretrained2", default=None, help="the second model's weights")
+    parser.add_argument("--pretrained2", default=None, help="the second model's weights (as --pretrained)")
     parser.add_argument("--dictionary2", default=None,
                         help="the second model's dictionary (default: the first one's, when the dimensions match)")
     parser.add_argument("--demo", default="runs/demo",
@@ -80,6 +76,11 @@ def session_from_args(args: argparse.Namespace):
 
 def _inputs(args: argparse.Namespace):
     """The dataset and (name, encoder, labelled dictionary) of each model; the demo's when no --model is given."""
+    from lace.concepts.labelled import load_labelled_dictionary
+    from lace.data import read_dataset
+    from lace.demo.pipeline import demo_model_and_dictionary
+    from lace.encoders import load_encoder
+
     if args.model is None:
         if args.pretrained or args.data or args.dictionary:
             raise input_error("--model", None, "a model whenever --pretrained, --data or --dictionary is given", None)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from lace.train import export_run
-
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -31,6 +29,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lace.train import export_run
+
     out = export_run(args.run, args.out, checkpoint=args.checkpoint, overwrite=args.overwrite,
                      interpolate=args.interpolate, base=args.base)
     print(f"wrote {out} (model name in {out}.json)")

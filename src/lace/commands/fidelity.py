@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from lace.commands.common import add_output_arguments
+from lace.commands.common import PRETRAINED_HELP, add_output_arguments
 from lace.config import add_config_arguments, config_from_args
 from lace.errors import input_error
 from lace.experiment.fidelity import FidelityConfig
@@ -22,7 +22,7 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("--model", default="lace-micro-rn-32", help="open_clip architecture (default: lace-micro-rn-32)")
-    parser.add_argument("--pretrained", default=None, help="checkpoint of the model (e.g. the demo's models/base.pt)")
+    parser.add_argument("--pretrained", default=None, help=PRETRAINED_HELP + "; e.g. the demo's models/base.pt")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
     parser.add_argument("--config", default=None, help="YAML file of FidelityConfig fields (flags override it)")
     add_output_arguments(parser, "folder for fidelity.json and fidelity.md")

@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 import os
 
-from lace.commands.common import add_progress_argument
+from lace.commands.common import add_progress_argument, add_threads_argument, set_threads
 from lace.config import add_config_arguments, config_from_args
 from lace.io import removed_on_failure
-from lace.train import TrainConfig, train
+from lace.train.config import TrainConfig
 
-TRAIN_FLAGS = {"output": ("--out", "--output")}
+# open_clip_train's names for the same settings are aliases (docs/cli.md maps every open_clip_train flag)
+TRAIN_FLAGS = {
+    "output": ("--out", "--output"),
+    "data": ("--data", "--train-data"),
+    "weight_decay": ("--weight-decay", "--wd"),
+    "num_workers": ("--workers", "--num-workers"),
+    "warmup_steps": ("--warmup-steps", "--warmup"),
+    "log_every": ("--log-every", "--log-every-n-steps"),
+}
 
 
 def add_parser(subparsers) -> None:
@@ -27,11 +35,15 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields (flags override it)")
     add_config_arguments(parser, TrainConfig, flags=TRAIN_FLAGS)
+    add_threads_argument(parser)
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from lace.train import train
+
+    set_threads(args.threads)
     config = config_from_args(TrainConfig, args, yaml_path=args.config)
     with removed_on_failure(config.output):  # bad input: no half-made run folder left behind
         result = train(config, progress=args.progress)

@@ -1,14 +1,22 @@
-"""Typed concept vocabularies, concept directions, binding (compound) directions and atom labelling."""
+"""Typed concept vocabularies, concept directions, binding (compound) directions and atom labelling.
+Names load on first use."""
 
-from lace.concepts.bindings import BindingDirections, binding_directions, load_bindings
-from lace.concepts.directions import (
-    ConceptDirections,
-    directions_from_captions,
-    directions_from_templates,
-)
-from lace.concepts.labelling import AtomLabelling, calibrate_tau_align, label_atoms
-from lace.concepts.vocabulary import Concept, Vocabulary, load_vocabulary
+from lace.lazy import lazy_exports
 
+_EXPORTS = {
+    "AtomLabelling": "lace.concepts.labelling",
+    "BindingDirections": "lace.concepts.bindings",
+    "Concept": "lace.concepts.vocabulary",
+    "ConceptDirections": "lace.concepts.directions",
+    "Vocabulary": "lace.concepts.vocabulary",
+    "binding_directions": "lace.concepts.bindings",
+    "calibrate_tau_align": "lace.concepts.labelling",
+    "directions_from_captions": "lace.concepts.directions",
+    "directions_from_templates": "lace.concepts.directions",
+    "label_atoms": "lace.concepts.labelling",
+    "load_bindings": "lace.concepts.bindings",
+    "load_vocabulary": "lace.concepts.vocabulary",
+}
 __all__ = [
     "AtomLabelling",
     "BindingDirections",
@@ -23,3 +31,4 @@ __all__ = [
     "load_bindings",
     "load_vocabulary",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -34,14 +34,12 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from lace.concepts.directions import ConceptDirections
+from lace.concepts.thresholds import DEFAULT_TAU_ALIGN, DEFAULT_TAU_USE
 from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.dictionary.streaming import Rows, RowSource
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, read_json, read_safetensors
 from lace.manifest import add_to_manifest, verify
-
-DEFAULT_TAU_ALIGN = 0.3
-DEFAULT_TAU_USE = 0.25
 
 
 @dataclass

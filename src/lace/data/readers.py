@@ -18,6 +18,7 @@ import csv
 import glob
 import hashlib
 import json
+import logging
 import re
 import tarfile
 from collections import defaultdict
@@ -30,6 +31,7 @@ from lace.manifest import verify_nearby
 
 IMAGE_COLUMNS = ("filepath", "image", "image_path", "file_name", "filename", "path")
 CAPTION_COLUMNS = ("caption", "title", "text", "sentence")
+logger = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 KARPATHY_SPLIT_ALIASES = {"restval": "train"}
 PARSED_JSON_BYTES = 32 * 2**20
@@ -138,7 +140,7 @@ def read_csv(
     path = Path(path)
     if not path.is_file():
         raise LaceInputError(f"{path}: file not found")
-    separator = separator or ("\t" if path.suffix == ".tsv" else ",")
+    separator = _separator(path, separator)
     image_root = Path(image_root) if image_root is not None else path.parent
     try:
         grouped = _csv_captions(path, separator, image_column, caption_column)
@@ -147,6 +149,28 @@ def read_csv(
         raise LaceInputError(f"{path}: not a readable UTF-8 {kind} file ({error})") from error
     records = [ImageTextRecord(image, image_root / image, tuple(texts)) for image, texts in grouped.items()]
     return ImageTextDataset(records, str(path))
+
+
+SEPARATOR_NAMES = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";"}
+"""Separators as typed in a shell (`--csv-separator '\\t'`, as open_clip_train takes it) -> the character."""
+
+
+def _separator(path: Path, given: str | None) -> str:
+    """The column separator: `given` (one character, or a name of `SEPARATOR_NAMES`), else tab for a .tsv or
+    a .csv whose header has tabs and no commas (said on stderr), else a comma."""
+    if given is not None:
+        separator = SEPARATOR_NAMES.get(given, given)
+        if len(separator) != 1:
+            raise input_error(path, "--csv-separator", "one character, or \\t for a tab", given)
+        return separator
+    if path.suffix.lower() == ".tsv":
+        return "\t"
+    with open(path, encoding="utf-8", errors="replace") as f:
+        header = f.readline()
+    if "\t" in header and "," not in header:
+        logger.warning("%s: read as tab-separated: its header has tabs and no commas (--csv-separator sets it)", path)
+        return "\t"
+    return ","
 
 
 def _csv_captions(path: Path, separator: str, image_column: str | None, caption_column: str | None
@@ -248,17 +272,23 @@ def _read_dataset_json(path: str) -> object:
 
 
 def read_dataset(
-    path: str | Path, split: str | None = None, image_root: str | Path | None = None
+    path: str | Path, split: str | None = None, image_root: str | Path | None = None,
+    csv_columns: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> ImageTextDataset:
-    """Read any supported format, chosen from the file name and contents."""
+    """Read any supported format, chosen from the file name and contents.
+
+    csv_columns: (image column, caption column, separator) of CSV/TSV data; None: the defaults of `read_csv`.
+    """
     text = str(path)
     suffix = Path(text).suffix.lower()
+    if any(value is not None for value in csv_columns) and suffix not in (".csv", ".tsv"):
+        raise input_error(text, None, "CSV or TSV data for --csv-img-key, --csv-caption-key and --csv-separator")
     if "{" not in text and Path(text).is_file():
         verify_nearby(text)  # a file of a folder lace wrote (a world) is checked against its manifest
     if suffix == ".tar" or "{" in text:
         return read_webdataset(text)
     if suffix in (".csv", ".tsv"):
-        return read_csv(text, image_root=image_root)
+        return read_csv(text, image_root, *csv_columns)
     if suffix == ".json":
         data = _read_dataset_json(text)
         if isinstance(data, dict) and "annotations" in data:

@@ -6,10 +6,9 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
-from lace.edits.config import EditConfig
-from lace.edits.records import EDIT_KINDS
+from lace.edits.config import EDIT_KINDS, EditConfig
 from lace.errors import input_error
-from lace.experiment.dictionary import DictionaryConfig
+from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig

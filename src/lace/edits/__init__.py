@@ -1,13 +1,19 @@
 """Counterfactual edits: attenuate, swap, transplant of sparse concept codes, rebind along compound
-directions, and their controls; `build_editor(labelled, EditConfig)` makes the editor."""
+directions, and their controls; `build_editor(labelled, EditConfig)` makes the editor. Names load on first use."""
 
-from lace.edits.build import build_editor
-from lace.edits.config import EditConfig
-from lace.edits.editor import CounterfactualEditor
-from lace.edits.records import EDIT_KINDS, Counterfactuals, EditRecords
-from lace.edits.report import edit_report
-from lace.edits.spec import EditSpec, parse_edit
+from lace.lazy import lazy_exports
 
+_EXPORTS = {
+    "EDIT_KINDS": "lace.edits.config",
+    "CounterfactualEditor": "lace.edits.editor",
+    "Counterfactuals": "lace.edits.records",
+    "EditConfig": "lace.edits.config",
+    "EditRecords": "lace.edits.records",
+    "EditSpec": "lace.edits.spec",
+    "build_editor": "lace.edits.build",
+    "edit_report": "lace.edits.report",
+    "parse_edit": "lace.edits.spec",
+}
 __all__ = [
     "EDIT_KINDS",
     "CounterfactualEditor",
@@ -19,3 +25,4 @@ __all__ = [
     "edit_report",
     "parse_edit",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lace.concepts.labelling import DEFAULT_TAU_USE
-from lace.edits.records import EDIT_KINDS
+from lace.concepts.thresholds import DEFAULT_TAU_USE
 from lace.errors import input_error
 
+EDIT_KINDS = ("attenuate", "swap", "transplant", "rebind")
 TARGET_MODES = ("random", "hard")
 # rebind (needs binding directions in the dictionary folder) is opt-in, so runs made before it keep their edits
 METHOD_EDIT_KINDS = ("attenuate", "swap", "transplant")

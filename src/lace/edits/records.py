@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-EDIT_KINDS = ("attenuate", "swap", "transplant", "rebind")
+from lace.edits.config import EDIT_KINDS
+
 NO_EDIT = -1
 
 

@@ -27,6 +27,7 @@ from safetensors import SafetensorError
 
 from lace.encoders.base import DualEncoder
 from lace.encoders.clip_tokens import WordCachedTokenizer
+from lace.encoders.weights import TRAINED, resolve_pretrained
 from lace.errors import LaceInputError
 from lace.io import read_json
 
@@ -124,6 +125,9 @@ def quick_gelu_for(model: str, pretrained: str | None, _depth: int = 0) -> bool:
     path = Path(pretrained)
     if not path.exists():
         return bool(open_clip.get_pretrained_cfg(model, pretrained).get("quick_gelu", False))
+    weights = resolve_pretrained(pretrained)
+    if weights.kind in TRAINED:  # a run's checkpoint: the activation of the weights the run started from
+        return isinstance(weights.origin, str) and quick_gelu_for(weights.model or model, weights.origin, _depth + 1)
     side = path.with_name(path.name + ".json")
     record = read_json(side) if side.is_file() else None
     if not isinstance(record, dict):
@@ -134,8 +138,9 @@ def quick_gelu_for(model: str, pretrained: str | None, _depth: int = 0) -> bool:
     return isinstance(origin, str) and quick_gelu_for(str(record.get("model", model)), origin, _depth + 1)
 
 
-def load_open_clip(model: str, pretrained: str | None = None, device: str | torch.device = "cpu") -> OpenClipEncoder:
-    """Build an open_clip model by name.
+def load_open_clip(model: str, pretrained: str | None = None, device: str | torch.device = "cpu",
+                   quick_gelu: bool | None = None) -> OpenClipEncoder:
+    """Build an open_clip model by name (with QuickGELU when `quick_gelu`; None: as `quick_gelu_for` says).
 
     `pretrained` is an open_clip tag (`openai`, `laion2b_s34b_b79k`, ...), a path to a
     local checkpoint (an open_clip state dict, e.g. written by `lace export`), or
@@ -160,7 +165,7 @@ def load_open_clip(model: str, pretrained: str | None = None, device: str | torc
                 f"unknown pretrained tag {pretrained!r} for {model}: expected one of {tags} or a checkpoint path"
             )
     tokenizer = _load_tokenizer(model)
-    quick_gelu = quick_gelu_for(model, pretrained)
+    quick_gelu = quick_gelu_for(model, pretrained) if quick_gelu is None else quick_gelu
     # open_clip warns that random initialisation loaded no weights; here that was asked for.
     logging.disable(logging.WARNING if pretrained is None else logging.NOTSET)
     try:

@@ -2,9 +2,14 @@
 and the layers above L run on the edited features (METHOD.md section 4b).
 
 `build_local_editor(LocalEditConfig(...), clip, pixels, captions, normalise, vocabulary)` fits the editor.
+Names load on first use.
 """
 
-from lace.local.build import build_local_editor
-from lace.local.config import LocalEditConfig
+from lace.lazy import lazy_exports
 
-__all__ = ["LocalEditConfig", "build_local_editor"]
+_EXPORTS = {"LocalEditConfig": "lace.local.config", "build_local_editor": "lace.local.build"}
+__all__ = [
+    "LocalEditConfig",
+    "build_local_editor",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.experiment.dictionary import DictionaryConfig
+from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig

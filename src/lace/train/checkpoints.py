@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from lace.encoders.weights import CHECKPOINT_DIR, LATEST, NAME, latest_checkpoint
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-
-CHECKPOINT_DIR = "checkpoints"
-LATEST = "latest"
-NAME = re.compile(r"^step_(\d{7,})$")
 
 
 @dataclass
@@ -93,17 +89,6 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     folder = Path(run_dir) / CHECKPOINT_DIR
     manifests = [p for p in folder.glob("step_*.json") if NAME.match(p.stem)] if folder.is_dir() else []
     return sorted(manifests, key=lambda p: int(NAME.match(p.stem).group(1)))
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """Manifest named by the `latest` pointer (None when the run has no checkpoint yet)."""
-    pointer = Path(run_dir) / CHECKPOINT_DIR / LATEST
-    if not pointer.is_file():
-        return None
-    name = pointer.read_bytes().decode("utf-8", errors="replace").strip()
-    if not NAME.match(name):
-        raise LaceInputError(f"{pointer}: expected a checkpoint name like step_0000100, got {name!r}")
-    return pointer.parent / f"{name}.json"
 
 
 def resolve_checkpoint(run_dir: Path, resume: str) -> Path:

@@ -47,13 +47,21 @@ class TrainConfig(ArmSwitches):
     model: str = "lace-tiny"
     """Architecture: an open_clip name (ViT-B-32, lace-tiny, lace-micro-32, ...)."""
     pretrained: str | None = None
-    """Starting weights: open_clip tag (openai), a checkpoint path, or none for random init."""
+    """Starting weights: a run folder (its latest checkpoint), a training checkpoint, an export, a Hugging Face folder,
+    an open_clip tag (openai), or none for random init (`lace.encoders.weights`)."""
     data: str | None = None
     """Training data: COCO captions JSON, Karpathy JSON, CSV/TSV or webdataset shards."""
     split: str | None = None
     """Karpathy split to train on (train, restval counts as train); None keeps all images."""
     image_root: str | None = None
     """Folder the image paths of the data file are relative to (default: next to the file)."""
+    csv_separator: str | None = None
+    """Column separator of CSV data, e.g. '\\t' (default: ',' for .csv, tab for .tsv and for a .csv whose header
+    has tabs and no commas)."""
+    csv_img_key: str | None = None
+    """Image-path column of CSV data (default: the first of filepath, image, image_path, file_name, filename, path)."""
+    csv_caption_key: str | None = None
+    """Caption column of CSV data (default: the first of caption, title, text, sentence)."""
     output: str = "runs/train"
     """Run folder: config.json, metrics.jsonl, checkpoints/."""
     overwrite: bool = False
@@ -64,7 +72,9 @@ class TrainConfig(ArmSwitches):
     steps: int = 1000
     """Optimiser steps to run (ignored when epochs is set)."""
     epochs: float | None = None
-    """Passes over the data; sets steps = ceil(epochs * batches per epoch / grad_accumulation)."""
+    """Passes over the data, as open_clip_train counts them: over its rows (image-caption pairs) for data read from
+    a file (over the images for in-memory pairs and cached features); sets steps = ceil(epochs * rows // batch_size
+    / grad_accumulation)."""
     batch_size: int = 128
     """Global batch size: pairs per contrastive loss, summed over all processes."""
     lr: float = 1e-5

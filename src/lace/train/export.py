@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 from lace.encoders import load_encoder
 from lace.encoders.open_clip_encoder import quick_gelu_for
+from lace.encoders.weights import TRAINED, resolve_pretrained
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, read_json
 from lace.train import checkpoints
@@ -85,7 +86,8 @@ def _interpolated(
     if base_quick_gelu != bool(quick_gelu):
         raise LaceInputError(f"{base}: the base uses {'QuickGELU' if base_quick_gelu else 'GELU'}, the run "
                              f"{'QuickGELU' if quick_gelu else 'GELU'}; their weights cannot be mixed")
-    # a file is read as it is; anything else is a pretrained tag of the architecture (e.g. openai)
-    base_state = read_state_dict(base) if base.is_file() else load_encoder(model, str(base)).export_state_dict()
+    # a plain state dict is read as it is; a run, a training checkpoint or a tag (e.g. openai) is loaded as a model
+    plain = base.is_file() and resolve_pretrained(str(base)).kind not in TRAINED
+    base_state = read_state_dict(base) if plain else load_encoder(model, str(base)).export_state_dict()
     check_same_architecture(base_state, finetuned, base_name=str(base), finetuned_name=f"the run's {model}")
     return interpolate_state_dicts(base_state, finetuned, alpha)

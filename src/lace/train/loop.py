@@ -41,7 +41,7 @@ from lace.train.metrics import MetricWindow, log_window, truncate_metrics
 from lace.train.metrics_writer import METRICS_FILE, MetricsWriter, start_line
 from lace.train.negatives import Negatives, valid_rows
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
-from lace.train.paths import MicroBatch, Run, TrainingPairs, embed_path, training_pairs
+from lace.train.paths import MicroBatch, Run, TrainingPairs, batches_per_epoch, embed_path, training_pairs
 from lace.train.rendered import RenderedNegatives
 from lace.train.sources import build_sources
 
@@ -142,7 +142,8 @@ class Trainer:
         self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
         self.total_steps = config.steps
         if config.epochs is not None:
-            self.total_steps = math.ceil(config.epochs * self.order.batches_per_epoch / config.grad_accumulation)
+            self.total_steps = math.ceil(config.epochs * batches_per_epoch(self.pairs, self.order, config.batch_size)
+                                         / config.grad_accumulation)
         self.sources = build_sources(run, self.path, given)
         pretrained = getattr(self.encoder, "pretrained_parameters", list)()
         self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay, (config.beta1, config.beta2),

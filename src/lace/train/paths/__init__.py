@@ -46,7 +46,8 @@ def training_pairs(dataset, config: TrainConfig, encoder: DualEncoder,
     if dataset is None:
         if config.data is None:
             raise LaceInputError("train config: field 'data': expected a dataset path (--data)")
-        dataset = read_dataset(config.data, split=config.split, image_root=config.image_root)
+        dataset = read_dataset(config.data, split=config.split, image_root=config.image_root,
+                               csv_columns=(config.csv_img_key, config.csv_caption_key, config.csv_separator))
     if not isinstance(dataset, ImageTextDataset):
         raise LaceInputError(f"train(): expected an ImageTextDataset or TensorPairs, got {type(dataset).__name__}")
     dataset, check = apply_image_policy(dataset, config.on_missing_image)
@@ -58,5 +59,14 @@ def training_pairs(dataset, config: TrainConfig, encoder: DualEncoder,
     return pairs, missing
 
 
-__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "TrainingPairs", "embed_path",
+def batches_per_epoch(pairs: TrainingPairs, order, batch_size: int) -> int:
+    """Batches in one of `--epochs`: a pass over the rows (image-caption pairs) of data read from a file, as
+    open_clip_train counts an epoch; a pass over the images of in-memory pairs and cached features (the studies'
+    heads and tower tops), as `order` (a `TrainingOrder`) draws them."""
+    if isinstance(pairs, ImagePairs):
+        return max(1, sum(pairs.n_captions) // batch_size)
+    return order.batches_per_epoch
+
+
+__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "TrainingPairs", "batches_per_epoch", "embed_path",
            "training_pairs"]
