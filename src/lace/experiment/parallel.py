@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-import torch
-
 from lace.experiment.stages import StageRunner
 from lace.progress import bar as progress_bar
 
@@ -101,6 +99,8 @@ def _start(context, runner: StageRunner, stage: Stage) -> tuple[Connection, mult
 
 def _worker(runner: StageRunner, stage: Stage, sender: Connection) -> None:
     """Run `stage` with one thread; send None when done, else its traceback's text and then the error."""
+    import torch  # here, not at the top: configs import the protocol, and `--help` imports no torch
+
     torch.set_num_threads(WORKER_THREADS)
     try:
         runner.run(stage.name, stage.key, stage.work)
