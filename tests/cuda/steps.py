@@ -88,9 +88,10 @@ def cpu_local_editor(world: Path, model: str):
 
 
 def one_step(arm: str, world: Path, out: Path, device: str, precision: str, editor=None, local_editor=None,
-             gradients: bool = True, on_batch=None) -> Step:
-    """Train arm `arm` one step on `device`; its loss, plain loss and the gradients of that step."""
-    config = arm_config(arm, world, out, device, precision)
+             gradients: bool = True, on_batch=None, **changes) -> Step:
+    """Train arm `arm` one step on `device` (`changes`: other `TrainConfig` fields); its loss, plain loss and the
+    gradients of that step (of the last step, with `steps` > 1)."""
+    config = arm_config(arm, world, out, device, precision, **changes)
     encoder = initial_encoder(config.model)
     seen: dict[str, torch.Tensor] = {}
     if gradients:
