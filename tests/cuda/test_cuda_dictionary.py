@@ -53,3 +53,18 @@ def test_a_dictionary_fitted_on_the_device_matches_the_cpu_one(device):
     # the same atoms, up to the drift of an online fit: each atom's nearest CPU atom
     nearest = (fitted.atoms_.cpu() @ reference.atoms_.T).max(dim=1).values
     assert nearest.median() > 0.95
+
+
+def test_the_fitted_tensors_are_copied_to_a_device_once_while_unchanged():
+    images, _ = synthetic(300, 32, 16, 2, seed=1)
+    dictionary = ConceptDictionary(n_atoms=16, sparsity=2, batch_size=128).fit(images, images)
+    assert dictionary._on_device("atoms_", "cpu") is dictionary.atoms_  # already there: no copy
+    # "meta" stands in for a GPU on any machine: a device other than the tensors' own
+    first = dictionary._on_device("atoms_", "meta")
+    assert first.device.type == "meta" and dictionary._on_device("atoms_", "meta") is first
+    assert dictionary._mean("text", "meta") is dictionary._mean("text", "meta")
+    dictionary.atoms_[0] = 0.0  # changed in place: copied again
+    second = dictionary._on_device("atoms_", "meta")
+    assert second is not first and dictionary._on_device("atoms_", "meta") is second
+    dictionary.atoms_ = dictionary.atoms_.clone()  # replaced: copied again
+    assert dictionary._on_device("atoms_", "meta") is not second
