@@ -28,6 +28,7 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import time
 from contextlib import nullcontext
 
@@ -90,9 +91,14 @@ def step_functions(args, encoder, device: torch.device) -> dict:
     config = LocalEditConfig(layer=args.local_layer, locate_layer=args.locate_layer, n_edits=args.local_n_edits,
                              fit_images=args.fit_images)
     started = time.perf_counter()  # fitted on the device, as `lace train` fits it
-    local_editor = build_local_editor(config, encoder.model, fit_pixels, fit_captions,
-                                      encoder.preprocess.transforms[-1], vocabulary)
+    failures = {}
+    try:
+        local_editor = build_local_editor(config, encoder.model, fit_pixels, fit_captions,
+                                          encoder.preprocess.transforms[-1], vocabulary)
+    except Exception as error:  # noqa: BLE001 - reported with the figures; the other kinds still run
+        failures["local shipped"] = f"local editor fit: {error!r}"[:400]
     fit_seconds = time.perf_counter() - started
+    log(f"LACE editor and local editor ready; local fit {fit_seconds:.1f} s")
     one_process = DistributedContext(rank=0, world_size=1, local_rank=0, device=device)
     peer_loss = open_clip.ClipLoss()
     seeds = list(range(batch))
@@ -142,14 +148,14 @@ def step_functions(args, encoder, device: torch.device) -> dict:
 
     steps = {"plain": plain, "peer": peer, "lace": lace, "caption negatives": caption_negatives,
              "local shipped": local_shipped}
-    return steps, fit_seconds
+    return steps, fit_seconds, failures
 
 
 def time_steps(args, device: torch.device) -> dict:
     torch.manual_seed(0)
     encoder = load_encoder(args.model, None, device=str(device))
     encoder.train()
-    steps, fit_seconds = step_functions(args, encoder, device)
+    steps, fit_seconds, failures = step_functions(args, encoder, device)
     optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
     peaks: dict[str, float] = {}
@@ -164,15 +170,31 @@ def time_steps(args, device: torch.device) -> dict:
         return time.perf_counter() - start
 
     for kind in KINDS:  # warm-up, and each kind's peak memory on its own
+        if kind in failures:
+            continue
         reset_peak(device)
-        for _ in range(args.warmup):
-            run(kind)
+        try:
+            for _ in range(args.warmup):
+                run(kind)
+        except Exception as error:
+            if kind == "plain":
+                raise
+            failures[kind] = repr(error)[:400]
+            optimizer.zero_grad(set_to_none=True)
+            continue
         peaks[kind] = peak_gb(device)
+        log(f"warmed up: {kind}")
+    timed_kinds = [kind for kind in KINDS if kind not in failures]
     for _ in range(args.steps):
-        for kind in KINDS:
+        for kind in timed_kinds:
             times[kind].append(run(kind))
-    median = {kind: statistics.median(values) for kind, values in times.items()}
-    return {"median_s": median, "peak_gb": peaks, "local_editor_fit_s": fit_seconds}
+    median = {kind: statistics.median(times[kind]) for kind in timed_kinds}
+    return {"median_s": median, "peak_gb": peaks, "local_editor_fit_s": fit_seconds, "failures": failures}
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so that a run cut short shows how far it got."""
+    print(f"[gpu.py {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def synchronise(device: torch.device) -> None:
@@ -220,22 +242,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sparsity", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    if args.small:
+    if args.small:  # the dry run's sizes, where a flag does not say otherwise
         for name, value in SMALL.items():
-            setattr(args, name, value)
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
     args.bf16 = (args.precision or ("bf16" if args.device == "cuda" else "fp32")) == "bf16"
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    steps = time_steps(args, device)
-    coding = time_sparse_coding(args, device)
-    median, peaks = steps["median_s"], steps["peak_gb"]
-    plain = median["plain"]
+def ratio_to(median: dict, kind: str, other: str = "plain") -> float | None:
+    """median[kind] / median[other], rounded; None where either failed."""
+    if kind not in median or other not in median:
+        return None
+    return round(median[kind] / median[other], 3)
+
+
+def print_table(args, device: torch.device, steps: dict, coding: dict) -> None:
+    median, peaks, failures = steps["median_s"], steps["peak_gb"], steps["failures"]
     print(f"{args.model} random init, batch {args.batch}, {'bf16 autocast' if args.bf16 else 'fp32'}, {device}; "
           f"median of {args.steps} interleaved rounds; local editor at {args.local_layer} "
           f"(fit {steps['local_editor_fit_s']:.1f} s)")
@@ -244,28 +267,44 @@ def main(argv=None) -> int:
              "lace": f"LACE (M = {args.n_edits} each side)", "caption negatives": "caption negatives (R = 1)",
              "local shipped": f"LACE-local pairs + real-image negative (M = {args.local_n_edits})"}
     for kind in KINDS:
+        if kind in failures:
+            print(f"{names[kind]:<50} failed: {failures[kind]}")
+            continue
         print(f"{names[kind]:<50}{1e3 * median[kind]:>9.1f}{args.batch / median[kind]:>10.0f}"
-              f"{median[kind] / plain:>9.3f}{peaks[kind]:>9.2f}")
-    ratio = coding["lace_s"] / coding["floor_s"]
-    print(f"sparse coding {args.codes} x {args.dim}, K = {args.atoms}, s = {args.sparsity}: lace {coding['lace_s']:.2f} s, "
-          f"floor {coding['floor_s']:.2f} s, x floor {ratio:.2f}, peak {coding['peak_gb']:.2f} GB")
+              f"{ratio_to(median, kind):>9.3f}{peaks[kind]:>9.2f}")
+    print(f"sparse coding {args.codes} x {args.dim}, K = {args.atoms}, s = {args.sparsity}: "
+          f"lace {coding['lace_s']:.2f} s, floor {coding['floor_s']:.2f} s, "
+          f"x floor {coding['lace_s'] / coding['floor_s']:.2f}, peak {coding['peak_gb']:.2f} GB")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    steps = time_steps(args, device)
+    log("steps timed; sparse coding next")
+    coding = time_sparse_coding(args, device)
+    print_table(args, device, steps, coding)
+    median = steps["median_s"]
     print(json.dumps({
         "benchmark": "gpu", "device": str(device), "model": args.model, "batch": args.batch,
         "precision": "bf16" if args.bf16 else "fp32", "steps": args.steps,
-        "images_per_s": {kind: round(args.batch / median[kind], 1) for kind in KINDS},
-        "step_ms": {kind: round(1e3 * median[kind], 2) for kind in KINDS},
-        "lace_over_plain": round(median["lace"] / plain, 3),
-        "caption_negatives_over_plain": round(median["caption negatives"] / plain, 3),
-        "local_shipped_over_plain": round(median["local shipped"] / plain, 3),
-        "vs_peer_ratio": round(median["peer"] / plain, 3),
+        "images_per_s": {kind: round(args.batch / value, 1) for kind, value in median.items()},
+        "step_ms": {kind: round(1e3 * value, 2) for kind, value in median.items()},
+        "failed": steps["failures"],
+        "lace_over_plain": ratio_to(median, "lace"),
+        "caption_negatives_over_plain": ratio_to(median, "caption negatives"),
+        "local_shipped_over_plain": ratio_to(median, "local shipped"),
+        "vs_peer_ratio": ratio_to(median, "peer"),  # open_clip's step time over lace's plain step time
         "sparse_coding": {"rows": args.codes, "dim": args.dim, "atoms": args.atoms, "sparsity": args.sparsity,
                           "lace_s": round(coding["lace_s"], 3), "floor_s": round(coding["floor_s"], 3)},
-        "vs_floor_ratio": round(ratio, 3),
-        "peak_gb": {**{kind: round(value, 3) for kind, value in peaks.items()},
+        "vs_floor_ratio": round(coding["lace_s"] / coding["floor_s"], 3),
+        "peak_gb": {**{kind: round(value, 3) for kind, value in steps["peak_gb"].items()},
                     "sparse_coding": round(coding["peak_gb"], 3)},
         "local_editor_fit_s": round(steps["local_editor_fit_s"], 2),
     }))
-    return 0
+    return 1 if steps["failures"] else 0
 
 
 if __name__ == "__main__":
