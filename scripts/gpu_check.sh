@@ -43,7 +43,7 @@ tests=${PIPESTATUS[0]}
 # shellcheck disable=SC2086
 timeout 420 "$PYTHON" benchmarks/gpu.py --device "$DEVICE" $BENCH_ARGS 2>&1 | tee "$OUT/gpu_benchmark.log"
 bench=${PIPESTATUS[0]}
-tail -n 1 "$OUT/gpu_benchmark.log" >"$OUT/gpu.json"
+grep "^{\"benchmark\"" "$OUT/gpu_benchmark.log" | tail -n 1 >"$OUT/gpu.json"
 
 echo "cuda tests: exit $tests; benchmark: exit $bench" | tee -a "$OUT/cuda_tests.log"
 [[ $tests -eq 0 && $bench -eq 0 ]]
