@@ -32,7 +32,7 @@ class RowGenerators:
         rows = [sample(row_shape, generator) for generator in self.generators]
         if not rows:
             return torch.empty(shape, device=device)
-        return torch.stack(rows, dim=batch_dim).to(device)
+        return _moved(torch.stack(rows, dim=batch_dim), device)
 
 
 Randomness = torch.Generator | RowGenerators | None
@@ -43,7 +43,13 @@ def _draw(sample, shape: tuple[int, ...], generator: Randomness, device: torch.d
     if isinstance(generator, RowGenerators):
         return generator.draw(lambda s, g: sample(s, generator=g, device=generator.device), shape, batch_dim, device)
     source_device = generator.device if generator is not None else device
-    return sample(shape, generator=generator, device=source_device).to(device)
+    return _moved(sample(shape, generator=generator, device=source_device), device)
+
+
+def _moved(drawn: Tensor, device: torch.device) -> Tensor:
+    """`drawn` on `device`; a fresh host tensor is copied without stalling the device's queue (a GPU step's editor
+    draws every step), a device tensor comes back to the host as a blocking copy (its values must be there)."""
+    return drawn.to(device, non_blocking=drawn.device.type == "cpu")
 
 
 def uniform(shape: tuple[int, ...], generator: Randomness, device: torch.device, batch_dim: int = 0) -> Tensor:

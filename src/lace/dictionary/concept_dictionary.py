@@ -221,10 +221,25 @@ class ConceptDictionary:
         if not hasattr(self, "atoms_"):
             raise RuntimeError("ConceptDictionary is not fitted: call fit() or load() first")
 
-    def _mean(self, modality: str) -> Tensor:
+    def _mean(self, modality: str, device: torch.device | str | None = None) -> Tensor:
         if modality not in MODALITIES:
             raise input_error("modality", None, f"one of {MODALITIES}", modality)
-        return self.mean_image_ if modality == "image" else self.mean_text_
+        name = "mean_image_" if modality == "image" else "mean_text_"
+        return getattr(self, name) if device is None else self._on_device(name, device)
+
+    def _on_device(self, name: str, device: torch.device | str) -> Tensor:
+        """Fitted tensor `name` (`atoms_`, `mean_image_`, `mean_text_`) on `device`, copied once per device while it
+        stays as it is: an editor on a GPU codes every step, and a copy from the host each time would stall the
+        GPU's queue."""
+        fitted, device = getattr(self, name), torch.device(device)
+        if fitted.device == device:
+            return fitted
+        copies = self.__dict__.setdefault("_device_copies", {})
+        source, version, copy = copies.get((name, str(device)), (None, None, None))
+        if source is not fitted or version != fitted._version:  # replaced, or changed in place since
+            copy = fitted.to(device)
+            copies[name, str(device)] = (fitted, fitted._version, copy)
+        return copy
 
     def _check_embeddings(self, z: Tensor, name: str = "embeddings") -> None:
         self._check_fitted()
@@ -233,7 +248,7 @@ class ConceptDictionary:
         check_finite(z.detach(), name)
 
     def _centred_directions(self, z: Tensor, modality: str) -> Tensor:
-        centred = z - self._mean(modality).to(z.device, z.dtype)
+        centred = z - self._mean(modality, z.device).to(z.dtype)
         return centred / centred.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
     def centre(self, z: Tensor, modality: str) -> tuple[Tensor, Tensor]:
@@ -242,7 +257,7 @@ class ConceptDictionary:
         Differentiable in z.
         """
         self._check_embeddings(z)
-        centred = z - self._mean(modality).to(z.device, z.dtype)
+        centred = z - self._mean(modality, z.device).to(z.dtype)
         norm = centred.norm(dim=1)
         return centred / norm.clamp_min(1e-12).unsqueeze(1), norm
 
@@ -254,7 +269,7 @@ class ConceptDictionary:
 
     def code_directions(self, directions: Tensor, dense: bool = False) -> Tensor | SparseCodes:
         """Codes of already centred, normalised directions c_hat (N, d), no checks."""
-        atoms = self.atoms_.to(directions.device)
+        atoms = self._on_device("atoms_", directions.device)
         return encode(
             directions, atoms, self.sparsity, self.method, self.nonnegative, dense, chunk_size=self.chunk_size
         )
@@ -264,7 +279,7 @@ class ConceptDictionary:
         with torch.no_grad():
             directions, norm = self.centre(torch.as_tensor(z, dtype=torch.float32), modality)
             codes = self.code_directions(directions)
-            residual = directions - decode(codes, self.atoms_.to(directions.device))
+            residual = directions - decode(codes, self._on_device("atoms_", directions.device))
         return EncodedEmbeddings(codes, residual, norm)
 
     def inverse_transform(
@@ -285,7 +300,7 @@ class ConceptDictionary:
         if isinstance(codes, Tensor) and (codes.ndim != 2 or codes.shape[1] != self.atoms_.shape[0]):
             raise input_error("codes", "shape", f"(N, {self.atoms_.shape[0]}) dense codes", tuple(codes.shape))
         check_finite(values.detach(), "codes")
-        direction = decode(codes, self.atoms_.to(_device_of(codes)))
+        direction = decode(codes, self._on_device("atoms_", _device_of(codes)))
         if residual is not None:
             direction = direction + residual
         if norm is None:
@@ -300,7 +315,7 @@ class ConceptDictionary:
         """Unit embeddings (..., d) from centred directions (..., d), not necessarily unit, and
         centred norms broadcastable to (...): normalize(mu_m + |c| c / |c|). Differentiable."""
         direction = directions / directions.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        rebuilt = self._mean(modality).to(direction.device, direction.dtype) + norm.unsqueeze(-1) * direction
+        rebuilt = self._mean(modality, direction.device).to(direction.dtype) + norm.unsqueeze(-1) * direction
         return rebuilt / rebuilt.norm(dim=-1, keepdim=True)
 
     # ------------------------------------------------------------------ quality

@@ -42,7 +42,9 @@ def build_local_editor(config: LocalEditConfig, clip: torch.nn.Module, pixels: T
     try:
         if config.operator == "recolour":
             prototypes = recolour_prototypes(vocabulary, config.group)
-            raw = pixels * torch.tensor(normalise.std).view(1, 3, 1, 1) + torch.tensor(normalise.mean).view(1, 3, 1, 1)
+            std, mean = (torch.tensor(values, device=pixels.device).view(1, 3, 1, 1)
+                         for values in (normalise.std, normalise.mean))
+            raw = pixels * std + mean
             return fit_recolour_editor(clip, raw, normalise, captions, vocabulary, config.layer, prototypes,
                                        config.group, locate_layer=config.locate_layer, seed=seed)
         return fit_local_editor(clip, pixels, captions, vocabulary, config.layer, config.group,

@@ -95,7 +95,7 @@ class LocalConceptCodes:
         of that concept; atoms under `min_alignment` stay unlabelled.
         """
         codes = codes.detach().float()
-        typical = torch.stack([values[values > 0].median() if (values > 0).any() else torch.tensor(0.0)
+        typical = torch.stack([values[values > 0].median() if (values > 0).any() else values.new_zeros(())
                                for values in codes.reshape(-1, self.n_atoms).T])  # (K,)
         read = reader.probabilities(self.mean_ + typical[:, None] * self.atoms_)  # (K, 1 + G)
         concept = read[:, 1:].argmax(dim=1)

@@ -118,23 +118,26 @@ class LocalImageEditor:
         changes.append(objects.concept[:, :2])
         batch = features.shape[0]
         for slot in range(1, n_edits):
-            which = torch.full((batch,), (slot - 1) % objects.concept.shape[1], dtype=torch.long)
+            which = torch.full((batch,), (slot - 1) % objects.concept.shape[1], dtype=torch.long,
+                               device=features.device)
             new_concept = self._absent_concepts(objects, generator)
             step, ok = transplant(self.transport, features, grid, objects, which, new_concept)
             if check:
-                rows = torch.arange(batch)
+                rows = torch.arange(batch, device=features.device)
                 ok = ok & effect_check(self.reader, features.detach() + step, objects.coverage[rows, which],
                                        objects.concept[rows, which], new_concept)
             steps.append(step)
             valid.append(ok)
             kinds.append("transplant")
-            changes.append(torch.stack([objects.concept[torch.arange(batch), which], new_concept], dim=1))
+            changes.append(torch.stack([objects.concept[torch.arange(batch, device=features.device), which],
+                                        new_concept], dim=1))
         return EditSlots(torch.stack(steps, dim=1), torch.stack(valid, dim=1), kinds, torch.stack(changes, dim=1))
 
     def _absent_concepts(self, objects: FoundObjects, generator: Randomness = None) -> Tensor:
         """(B,) a random concept that no found object has."""
         shape = (objects.concept.shape[0], len(self.concept_names))
-        scores = uniform(shape, generator if generator is not None else self.generator, torch.device("cpu"))
+        # drawn on the generators' device (the same draws everywhere), then moved to the objects'
+        scores = uniform(shape, generator if generator is not None else self.generator, objects.concept.device)
         scores.scatter_(1, objects.concept, -1.0)
         return scores.argmax(dim=1)
 

@@ -46,10 +46,11 @@ class PositionConceptReader:
         rows = features.reshape(-1, features.shape[-1])
         self.mean_, self.scale_ = rows.mean(0), rows.std(0).clamp_min(1e-6)
         standard = (features - self.mean_) / self.scale_
-        targets = mentions.float()
-        generator = torch.Generator().manual_seed(self.random_state)
-        weight = (0.01 * torch.randn(features.shape[-1], 1 + targets.shape[1], generator=generator)).requires_grad_()
-        bias = torch.zeros(1 + targets.shape[1], requires_grad=True)
+        targets = mentions.float().to(features.device)
+        generator = torch.Generator().manual_seed(self.random_state)  # the same start on every device
+        weight = 0.01 * torch.randn(features.shape[-1], 1 + targets.shape[1], generator=generator)
+        weight = weight.to(features.device).requires_grad_()
+        bias = torch.zeros(1 + targets.shape[1], device=features.device, requires_grad=True)
         optimiser = torch.optim.Adam([weight, bias], lr=self.lr)
         with torch.enable_grad():
             for _ in range(self.steps):

@@ -85,13 +85,13 @@ class RecolourRegression:
                 continue
             which = has[rows].float().argmax(dim=1)
             near = halo(objects.coverage[rows, which], grid) > self.min_coverage  # (n, P)
-            inputs = torch.cat([described[rows][near], torch.ones(int(near.sum()), 1)], dim=1).double()
+            inputs = torch.cat([described[rows][near], described.new_ones(int(near.sum()), 1)], dim=1).double()
             gram = inputs.T @ inputs
-            penalty = self.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64)
+            penalty = self.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64, device=gram.device)
             for target in range(n_concepts):
                 if target == source:
                     continue
-                colour_map = grey_preserving_map(prototypes[source], prototypes[target])
+                colour_map = grey_preserving_map(prototypes[source].cpu(), prototypes[target].cpu()).to(raw_pixels)
                 repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
                 change = (features_of(repainted) - original[rows])[near].double()
                 self.weights_[source, target] = torch.linalg.solve(gram + penalty, inputs.T @ change).float()

@@ -89,6 +89,7 @@ class GaussianTransport:
         should have coverage (zero it for invalid ones)."""
         dim = features.shape[-1] * self.window ** 2
         self.channels_ = features.shape[-1]
+        features, concept, coverage = features.cpu(), concept.cpu(), coverage.cpu()  # the moments sum on the CPU
         shape = (n_concepts, self.n_buckets)
         self.means_ = torch.zeros(*shape, dim, dtype=torch.float64)
         self.covariances_ = torch.zeros(*shape, dim, dim, dtype=torch.float64)
@@ -173,7 +174,7 @@ class GaussianTransport:
                     mapping = self._map(int(source[b]), int(target[b]), j - 1)
                     if mapping is None:
                         continue
-                    rows, offset = mapping
+                    rows, offset = (part.to(features.device) for part in mapping)
                     chosen = buckets[b] == j
                     moved = described[b, chosen] @ rows.T + offset  # (n, C)
                     step[b, chosen] = moved - features[b, chosen].detach().float()
