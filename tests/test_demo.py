@@ -111,9 +111,15 @@ def test_the_report_gives_verdicts_only_with_their_intervals_and_says_what_its_c
     # the method's claims for LACE, then the targets of the best LACE arm (the default demo runs one)
     assert len(verdicts) == len(CLAIMS) + len(BINDING_TARGETS)
     assert f"Targets of the best LACE arm, {CHOSEN_BEST} (chosen among those run on validation" in section
-    for line in verdicts:  # one seed: skewness has no items to resample, so no verdict
+    claimed, targets = verdicts[:len(CLAIMS)], verdicts[len(CLAIMS):]
+    for line in claimed:  # one seed: skewness has no items to resample, so no verdict
         assert line.startswith(("- held: ", "- did not hold: ", "- not decided (n = "))
-        if not line.startswith("- not decided"):
+    for line in targets:  # the ceiling did not run: its share of the gap says so
+        assert line.startswith(("- met: ", "- missed: ", "- not decided (n = ", "- not run: "))
+    assert [line for line in targets if line.startswith("- not run: ")] == [
+        line for line in targets if "the ceiling" in line]
+    for line in verdicts:
+        if line.startswith(("- held", "- did not hold", "- met", "- missed")):
             assert "95% interval [" in line and "items × 1 run" in line
     assert any(line.startswith("- not decided (n = 1 run): LACE lowers hubness skewness") for line in verdicts)
     # one-way rates are kept per image: their claim rests on the test images
