@@ -10,10 +10,13 @@ import pytest
 from lace.demo import DemoConfig, run_demo
 from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.demo.sweep import read_grid, reuse_run, run_sweep, setting_folder
-from lace.demo.targets import binding_targets, claims
+from lace.demo.targets import BINDING_TARGETS, CLAIMS, STORY, binding_targets, claims
 from lace.errors import LaceInputError
 from lace.experiment.protocol import Run
+from lace.experiment.variants import CHOSEN_BEST, with_caption_negatives
 
+BEST_WITH_CAPTIONS = with_caption_negatives(CHOSEN_BEST)
+DEFAULT_ARMS = ("plain", "caption negatives", "LACE", CHOSEN_BEST, BEST_WITH_CAPTIONS)
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
                   finetune=replace(DEMO_FINETUNE, steps=3, edit=replace(DEMO_FINETUNE.edit, n_edits=2)), progress=False)
@@ -53,13 +56,13 @@ def test_report_has_every_table_and_plot(demo):
         assert f"]({figure})" in report and (out / figure).stat().st_size > 1000
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 2
-    for variant in ("base", "plain", "caption negatives", "LACE", "LACE + caption negatives"):
+    for variant in ("base", *DEFAULT_ARMS):
         assert f"| {variant} |" in report
-    assert set(summary["evaluations"]) == {"base", "plain seed 0", "caption negatives seed 0", "LACE seed 0",
-                                           "LACE + caption negatives seed 0"}
+    assert set(summary["evaluations"]) == {"base"} | {f"{arm} seed 0" for arm in DEFAULT_ARMS}
     # each run carried as a record beside its label, its model and run folder named by it
-    assert summary["runs"]["LACE + caption negatives seed 0"] == {
-        "arm": "LACE + caption negatives", "seed": 0, "folder": "LACE-plus-caption-negatives-seed0"}
+    assert summary["runs"][f"{BEST_WITH_CAPTIONS} seed 0"] == {
+        "arm": BEST_WITH_CAPTIONS, "seed": 0,
+        "folder": "LACE-local-pairs-plus-real-image-negative-plus-caption-negatives-seed0"}
     assert set(summary["runs"]) == set(summary["evaluations"]) - {"base"}
     for record in summary["runs"].values():
         assert (out / "models" / f"finetune-{record['folder']}.pt").is_file()
@@ -68,7 +71,7 @@ def test_report_has_every_table_and_plot(demo):
     assert set(summary["cpu_seconds"]) == set(summary["wall_seconds"])
     assert all(seconds > 0 for seconds in summary["cpu_seconds"].values())
     assert len(summary["machine"]["load_average_at_start"]) == 3 and "load average" in report
-    # no variant edits images: the default demo runs no provenance stage
+    # two arms edit images, but the default demo, kept short, runs no provenance stage (--full does)
     assert "provenance" not in summary and "## Provenance" not in report
     assert not any(name.startswith("provenance") for name in summary["wall_seconds"])
 
@@ -105,14 +108,56 @@ def test_the_report_gives_verdicts_only_with_their_intervals_and_says_what_its_c
     report = (out / "report.md").read_text()
     section = report.split("## What improved and what did not")[1].split("\n## ")[0]
     verdicts = [line for line in section.splitlines() if line.startswith("- ")]
-    assert len(verdicts) == 7
-    for line in verdicts:  # one seed: skewness and one-way rates have no items to resample, so no verdict
+    # the method's claims for LACE, then the targets of the best LACE arm (the default demo runs one)
+    assert len(verdicts) == len(CLAIMS) + len(BINDING_TARGETS)
+    assert f"Targets of the best LACE arm, {CHOSEN_BEST} (chosen among those run on validation" in section
+    claimed, targets = verdicts[:len(CLAIMS)], verdicts[len(CLAIMS):]
+    for line in claimed:  # one seed: skewness has no items to resample, so no verdict
         assert line.startswith(("- held: ", "- did not hold: ", "- not decided (n = "))
-        if not line.startswith("- not decided"):
+    for line in targets:  # the ceiling did not run: its share of the gap says so
+        assert line.startswith(("- met: ", "- missed: ", "- not decided (n = ", "- not run: "))
+    assert [line for line in targets if line.startswith("- not run: ")] == [
+        line for line in targets if "the ceiling" in line]
+    for line in verdicts:
+        if line.startswith(("- held", "- did not hold", "- met", "- missed")):
             assert "95% interval [" in line and "items × 1 run" in line
-    assert any(line.startswith("- not decided (n = 1 run): LACE lowers the one-way rate") for line in verdicts)
+    assert any(line.startswith("- not decided (n = 1 run): LACE lowers hubness skewness") for line in verdicts)
+    # one-way rates are kept per image: their claim rests on the test images
+    one_way = next(line for line in verdicts if "LACE lowers the one-way rate" in line)
+    assert "95% interval [" in one_way and "items × 1 run" in one_way
     # one seed per variant: no table says "mean ± std" under its single values
     assert "mean ± std" not in report and report.count("one seed each") >= 6
+
+
+def test_the_report_opens_with_what_held_in_distribution_and_on_held_out_pairs_each_with_its_interval(demo):
+    out, summary = demo
+    report = (out / "report.md").read_text()
+    assert report.index("## What held and what did not") < report.index("## Summary")
+    section = report.split("## What held and what did not")[1].split("\n## ")[0]
+    header = next(line for line in section.splitlines() if line.startswith("| claim |"))
+    assert header == "| claim | in distribution (test) | held-out colour-shape pairs (test_comp) |"
+    rows = [line.strip("|").split("|") for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith(("| claim", "|---"))]
+    assert len(rows) == len(STORY)
+    texts = [row[0].strip() for row in rows]
+    # arms named by role: the best LACE arm is the one validation chose, and it runs in the default demo
+    assert f"{CHOSEN_BEST} beats caption negatives on text->image swap-attribute" in texts
+    assert f"{BEST_WITH_CAPTIONS} beats caption negatives on image->text swap-attribute" in texts
+    assert "LACE (as the method specifies) beats plain on image->text swap-attribute" in texts
+    interval = re.compile(r"^(held|did not hold|not decided): [+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]$")
+    one_run = re.compile(r"^not decided \(n = 1 run\): [+-]\d\.\d{3}$")
+    for row in rows:
+        for cell in (cell.strip() for cell in row[1:]):
+            # a verdict always with its interval; only a figure without per-item scores (skewness, brittleness)
+            # stands alone, not decided on one run
+            assert interval.match(cell) or (one_run.match(cell) and ("hubness" in row[0] or "brittleness" in row[0])), (
+                row[0], cell)
+    # the held-out cells are the compositional split's figures: the estimate is the difference of its means
+    best, plain = summary["evaluations"][f"{CHOSEN_BEST} seed 0"], summary["evaluations"]["plain seed 0"]
+    held_out = next(row for row in rows if row[0].strip() == f"{CHOSEN_BEST} beats plain on text->image swap-attribute")
+    expected = (best["test_comp"]["benchmarks"]["world"]["t2i/swap_attribute"]
+                - plain["test_comp"]["benchmarks"]["world"]["t2i/swap_attribute"])
+    assert f"{expected:+.3f} [" in held_out[2]
 
 
 def test_per_item_scores_are_kept_and_their_means_are_the_figures(demo):
@@ -120,10 +165,12 @@ def test_per_item_scores_are_kept_and_their_means_are_the_figures(demo):
     for model, splits in summary["evaluations"].items():
         for split, results in splits.items():
             items = results["items"]
-            for benchmark in ("world", "retrieval"):
+            for benchmark in ("world", "retrieval", "diagnostics"):
+                figures = results["diagnostics"] if benchmark == "diagnostics" else results["benchmarks"][benchmark]
                 for key, scores in items[benchmark].items():
                     assert set(scores) <= {0, 1} and scores, (model, split, key)
-                    assert np.mean(scores) == pytest.approx(results["benchmarks"][benchmark][key], abs=1e-9), key
+                    assert np.mean(scores) == pytest.approx(figures[key], abs=1e-9), key
+            assert set(items["diagnostics"]) == {"one_way/image", "one_way/text"}
             assert {"i2t/swap_attribute", "t2i/swap_object", "winoground/group"} <= set(items["world"])
             assert {"i2t/R@1", "t2i/R@1"} <= set(items["retrieval"])
 

@@ -5,10 +5,16 @@ from dataclasses import replace
 import pytest
 
 from lace.demo import DemoConfig
-from lace.demo.config import CORE_VARIANTS, DEMO_FINETUNE
+from lace.demo.config import CORE_VARIANTS, DEMO_FINETUNE, FULL_VARIANTS
 from lace.demo.pipeline import _own_keys
 from lace.errors import LaceInputError
-from lace.experiment.variants import uses_rendered, variant_config
+from lace.experiment.variants import (
+    CHOSEN_BEST,
+    ROLES,
+    uses_rendered,
+    variant_config,
+    with_caption_negatives,
+)
 
 PAIRS_ARMS = ("LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + caption negatives", "ceiling pairs")
 
@@ -17,6 +23,13 @@ def test_the_full_demo_runs_the_pairs_arms_and_the_default_demo_does_not():
     full = DemoConfig(full=True).variants
     assert set(PAIRS_ARMS) <= set(full) and len(set(full)) == len(full)
     assert DemoConfig().variants == CORE_VARIANTS
+    # the default's arms by role: plain, the text-only baseline, LACE as specified, the best LACE arm validation
+    # chose (one of the arms that can play it) and that arm with caption negatives
+    plain, text_only, as_specified, best, best_with_captions = CORE_VARIANTS
+    assert (plain, text_only, as_specified) == (ROLES["plain"][0], ROLES["text_only"][0], ROLES["as_specified"][0])
+    assert best == CHOSEN_BEST in ROLES["best"] and best_with_captions == with_caption_negatives(best)
+    assert variant_config(DEMO_FINETUNE, best_with_captions).caption_negatives
+    assert not set(CORE_VARIANTS) & set(FULL_VARIANTS) and "LACE + caption negatives" in full
     for arm in PAIRS_ARMS:
         trained = variant_config(DEMO_FINETUNE, arm)
         assert trained.edited_image_rows and trained.edited_image_columns == (arm == "LACE-local pairs + column")

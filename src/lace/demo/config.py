@@ -10,16 +10,18 @@ from lace.edits.config import EDIT_KINDS, EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
-from lace.experiment.variants import check_variants
+from lace.experiment.variants import CHOSEN_BEST, ROLES, check_variants, with_caption_negatives
 from lace.local.config import LocalEditConfig
 from lace.train.config import TrainConfig
 
-CORE_VARIANTS = ("plain", "caption negatives", "LACE", "LACE + caption negatives")
-FULL_VARIANTS = ("LACE captions only", "LACE images only", "LACE without rebind", "concept-arithmetic negatives",
+CORE_VARIANTS = (*ROLES["plain"], *ROLES["text_only"], *ROLES["as_specified"], CHOSEN_BEST,
+                 with_caption_negatives(CHOSEN_BEST))
+"""The default demo's arms, by role: plain, the text-only baseline, LACE as the method specifies it, the best LACE
+arm as validation chose it and that arm with caption negatives."""
+FULL_VARIANTS = ("LACE + caption negatives", "LACE captions only", "LACE images only", "LACE without rebind", "concept-arithmetic negatives",
                  "paired-caption directions", "LACE-local", "LACE-local + caption negatives",
                  "ceiling (rendered swaps)", "LACE-local pairs", "LACE-local pairs + column",
-                 "LACE-local pairs + caption negatives", "LACE-local pairs + real-image negative",
-                 "LACE-local pairs + real-image negative + caption negatives", "LACE-local image-side pairs",
+                 "LACE-local pairs + caption negatives", "LACE-local image-side pairs",
                  "LACE-local image-side pairs + caption negatives", "ceiling pairs")
 
 # CLIP ViT-B/32 on SugarCrepe (Hsieh et al., 2023, table 2): the failure the base should match.
@@ -81,12 +83,14 @@ class DemoConfig:
     into one folder per draw (`--reuse` one draw's folder to share its world), then `lace demo-draws` over the
     folders."""
     full: bool = False
-    """Also run the ablations (LACE on captions only, on images only, without the rebind edit) and the binding
-    arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with caption negatives),
-    the ceiling of rendered colour swaps, and the pairs layout (each edited image a row of its own, positive with
-    the caption its edit describes): LACE-local pairs (alone, with the edits as columns too, with caption
-    negatives, and with the real image as a hard negative of the edit's caption, alone and with caption negatives)
-    and the ceiling pairs."""
+    """Also run LACE + caption negatives, the ablations (LACE on captions only, on images only, without the rebind
+    edit) and the binding arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with
+    caption negatives), the ceiling of rendered colour swaps, and the pairs layout (each edited image a row of its
+    own, positive with the caption its edit describes): LACE-local pairs (alone, with the edits as columns too, with
+    caption negatives), its image side only (alone and with caption negatives) and the ceiling pairs; and measure
+    every model's provenance when some arm edits the images. The default runs plain, caption negatives, LACE, the
+    pairs arm validation chose (with the real image as a hard negative of the edit's caption) and that arm with
+    caption negatives."""
     threads: int = 0
     """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
     or for a dictionary fit that repeats bit for bit)."""

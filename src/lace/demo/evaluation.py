@@ -16,6 +16,7 @@ from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
 from lace.eval.metrics import recall_hits, winoground_correct
 from lace.eval.neighbours import cross_neighbours
+from lace.eval.reciprocity import one_way_flags
 from lace.eval.runner import EvalConfig, run_evaluation
 
 EVAL_SPLITS = ("val", "test", "test_comp")
@@ -59,8 +60,9 @@ ITEM_RECALLS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5")
 def item_scores(cache: EmbeddingCache, world_dir: Path, split: str, images: torch.Tensor, texts: torch.Tensor,
                 dataset) -> dict[str, dict[str, list[int]]]:
     """Per benchmark figure, 1/0 per item (its mean is the figure), for bootstrap intervals over items: every binding
-    family both ways and Winoground's scores (`world`), and recall at 1 and 5 per query (`retrieval`). Read from
-    the embeddings the figures were made from (`cache`, (N_img, d) `images`, (N_txt, d) `texts`)."""
+    family both ways and Winoground's scores (`world`), recall at 1 and 5 per query (`retrieval`), and whether each
+    image and caption is a one-way neighbour (`diagnostics`). Read from the embeddings the figures were made from
+    (`cache`, (N_img, d) `images`, (N_txt, d) `texts`)."""
     items = World().load(world_dir, split)
     i2t, t2i = binding_correct(cache, items)
     families = np.asarray(items.families)
@@ -71,4 +73,6 @@ def item_scores(cache: EmbeddingCache, world_dir: Path, split: str, images: torc
         world.update({f"winoground/{name}": right.astype(int).tolist() for name, right in correct.items()})
     forward, backward = cross_neighbours(images, texts, 10)
     hits = recall_hits(forward.indices, backward.indices, dataset.caption_image_index, (1, 5, 10))
-    return {"world": world, "retrieval": {name: hits[name].astype(int).tolist() for name in ITEM_RECALLS}}
+    one_way = one_way_flags(forward.indices, backward.indices, dataset.caption_image_index)
+    return {"world": world, "retrieval": {name: hits[name].astype(int).tolist() for name in ITEM_RECALLS},
+            "diagnostics": {f"one_way/{name}": flags.astype(int).tolist() for name, flags in one_way.items()}}

@@ -340,9 +340,9 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, arms: ArmStages, zero
 
 
 def measures_provenance(config: DemoConfig) -> bool:
-    """Whether the demo runs the provenance stage: when some variant edits the images themselves (inside the image
-    tower, or by the renderer), so that the default demo takes the time it took."""
-    return any(trained.local_image_negatives or trained.rendered_negatives
+    """Whether the demo runs the provenance stage: with --full or chosen arms, when some variant edits the images
+    themselves (inside the image tower, or by the renderer); the default demo, kept short, does not."""
+    return bool(config.full or config.only_variants) and any(trained.local_image_negatives or trained.rendered_negatives
                for trained in (variant_config(config.finetune, variant) for variant in config.variants))
 
 

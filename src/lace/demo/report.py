@@ -17,8 +17,8 @@ from lace.demo.columns import (
     variant_of,
 )
 from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
-from lace.demo.targets import VERDICT_NOTE, binding_targets, claims, demo_roles
-from lace.experiment.claims import describe, spread
+from lace.demo.targets import STORY_SPLITS, VERDICT_NOTE, binding_targets, claims, demo_roles, story
+from lace.experiment.claims import Verdict, describe, spread
 from lace.report.document import Report, Table
 from lace.report.experiment_tables import add_edit_grid, wise_ft_table, zeroshot_table
 from lace.report.plots import grouped_bars, nk_histograms
@@ -105,6 +105,42 @@ def add_loss_comparison(report: Report, summary: dict) -> None:
                                    "accuracy (chance 0.5), Winoground group, recall@1, skewness of N10, one-way rate"))
     zeroshot = interleaved(tagged(other["zeroshot"], other["loss"]), tagged(summary["zeroshot"], "sigmoid"))
     report.table(zeroshot_table(zeroshot, "zero-shot on the world's tasks, top-1 per task (chance 1/classes)"))
+
+
+STATUS_WORDS = {"met": "held", "missed": "did not hold"}
+"""How the report words a verdict's status."""
+
+
+def verdict_cell(verdict: Verdict) -> str:
+    """One verdict in a few words: "held: +0.146 [+0.098, +0.190]", "not decided: …", "not run"."""
+    status = STATUS_WORDS.get(verdict.status, verdict.status)
+    if verdict.estimate is None:
+        return status
+    if verdict.interval is None:
+        return f"{status} ({verdict.n}): {verdict.estimate:+.3f}"
+    low, high = verdict.interval
+    return f"{status}: {verdict.estimate:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def _opening_section(report: Report, summary: dict, out: Path) -> None:
+    """What held and what did not, in plain words, in distribution and on held-out colour-shape pairs (`story`)."""
+    verdicts = story(summary["evaluations"])
+    report.heading("What held and what did not")
+    arms = demo_roles(summary["evaluations"])
+    report.paragraph(
+        f"Each line compares two fine-tunes of one base: plain, caption negatives (rule-made caption edits), LACE as "
+        f"the method specifies it, {arms['best'] or 'the best LACE arm'} (the LACE arm validation chose) and "
+        f"{arms['best_with_text_only'] or 'it with caption negatives'}. Each cell is the difference (first arm minus "
+        "second) with its 95% bootstrap interval over test items; a claim held or did not hold only where the whole "
+        "interval lies on one side of its threshold, else it is not decided. The held-out colour-shape pairs are "
+        "scenes whose colour-shape combinations never occur in training (the compositional test split).")
+    counts = {split: Counter(STATUS_WORDS.get(v.status, v.status) for v in found) for split, found in verdicts.items()}
+    report.table(Table(["claim"] + [f"{name} ({split})" for split, name in STORY_SPLITS.items()],
+                       [[first.text] + [verdict_cell(verdicts[split][row]) for split in STORY_SPLITS]
+                        for row, first in enumerate(verdicts["test"])],
+                       caption="; ".join(f"{STORY_SPLITS[split]}: " + ", ".join(f"{n} {word}" for word, n in
+                                                                             count.items())
+                                         for split, count in counts.items())))
 
 
 def _summary_section(report: Report, summary: dict, out: Path) -> None:
@@ -310,7 +346,9 @@ def _time_section(report: Report, summary: dict, out: Path) -> None:
         report.bullets([(f"{machine['threads']} intra-op threads on {machine['cpus']} CPUs{side_by_side}; load average "
                          f"(1, 5, 15 min) {machine['load_average_at_start']} at the start, "
                          f"{machine['load_average_at_end']} at the end; CPU seconds count all threads of "
-                         "this process, so on a busy machine they show the work and wall seconds the wait")])
+                         "this process, so on a busy machine they show the work and wall seconds the wait"),
+                        (f"all stages together: {sum(filter(None, cpu.values())):.1f} CPU seconds, "
+                         f"{sum(summary['wall_seconds'].values()):.1f} wall seconds")])
 
 
 def _configuration_section(report: Report, summary: dict, out: Path) -> None:
@@ -319,10 +357,11 @@ def _configuration_section(report: Report, summary: dict, out: Path) -> None:
 
 
 SECTIONS: tuple[Callable[[Report, dict, Path], None], ...] = (
-    _summary_section, _calibration_section, _split_sections, _ablation_section, _provenance_section,
+    _opening_section, _summary_section, _calibration_section, _split_sections, _ablation_section, _provenance_section,
     _dictionary_section,
-    _edit_retrieval_section, _zeroshot_section, _time_section, _configuration_section)
-"""The report's sections in reading order: each writes its headings, tables and figures from the summary."""
+    _edit_retrieval_section, _zeroshot_section, _configuration_section, _time_section)
+"""The report's sections in reading order, the time per stage its footer: each writes its headings, tables and
+figures from the summary."""
 
 
 def summary_markdown(summary: dict) -> str:

@@ -23,7 +23,7 @@ def runs_of(evaluations: dict, variant: str, figure: str, split: str) -> list[Ru
     for model, results in evaluations.items():
         value = metric(results[split], column) if variant_of(model) == variant and split in results else None
         if value is not None:
-            items = results[split].get("items", {}).get(column[2] or "", {}).get(column[3])
+            items = results[split].get("items", {}).get(column[2] or column[1], {}).get(column[3])
             runs.append(Run(value, None if items is None else np.asarray(items, dtype=float)))
     return runs
 
@@ -87,6 +87,40 @@ CLAIMS = (
     difference("LACE lowers the one-way rate of images", "one-way img", "as_specified", "plain", "<"),
 )
 """The method's expected effects for LACE as specified."""
+
+
+def _both_ways(text: str, figure: str, left: str, right: str, comparison: str = ">", threshold: float = 0.0):
+    """The target `text` on `figure` image->text and text->image ("{way}" and "{short}" become "image->text" and
+    "i2t", then "text->image" and "t2i")."""
+    return tuple(difference(text.replace("{way}", way), figure.replace("{short}", short), left, right, comparison,
+                            threshold) for way, short in (("image->text", "i2t"), ("text->image", "t2i")))
+
+
+STORY = (
+    *_both_ways("{as_specified} (as the method specifies) beats {plain} on {way} swap-attribute", "{short} swap-att",
+                "as_specified", "plain"),
+    *_both_ways("{best} beats {plain} on {way} swap-attribute", "{short} swap-att", "best", "plain"),
+    *_both_ways("{best} beats {text_only} on {way} swap-attribute", "{short} swap-att", "best", "text_only"),
+    *_both_ways("{best_with_text_only} beats {text_only} on {way} swap-attribute", "{short} swap-att",
+                "best_with_text_only", "text_only"),
+    *_both_ways("{best} keeps {way} R@1 within 2 points of {plain}", "R@1 {short}", "best", "plain", ">=", -0.02),
+    difference("{best} lowers hubness (skewness of images' N10 among captions' top-10) against {plain}",
+               "skew N10 t2i", "best", "plain", "<"),
+    difference("{best} lowers the share of one-way image neighbours against {plain}", "one-way img", "best",
+               "plain", "<"),
+    difference("{best} lowers brittleness to counterfactual edits against {plain}", "brittle cf", "best", "plain",
+               "<"),
+)
+"""What the default demo's opening says, each checked in distribution (`test`) and on held-out colour-shape pairs
+(`test_comp`): LACE as specified and the best LACE arm against plain, the best arm (alone and with caption negatives)
+against caption negatives, and what the best arm does to retrieval, hubness, one-way neighbours and brittleness."""
+STORY_SPLITS = {"test": "in distribution", "test_comp": "held-out colour-shape pairs"}
+"""The splits of the opening, with their plain names."""
+
+
+def story(evaluations: dict) -> dict[str, list[Verdict]]:
+    """`STORY` checked on each split of `STORY_SPLITS`, arms picked by role."""
+    return {split: check_targets(evaluations, STORY, split) for split in STORY_SPLITS}
 
 
 def binding_targets(evaluations: dict, split: str = "test") -> list[Verdict]:

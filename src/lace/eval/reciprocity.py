@@ -16,23 +16,31 @@ import torch
 from lace.eval.metrics import as_numpy
 
 
+def one_way_flags(
+    image_to_text: np.ndarray | torch.Tensor,
+    text_to_image: np.ndarray | torch.Tensor,
+    text_image_index: Sequence[int] | np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Which top-1 neighbours are one-way, from (N_img, >= 1) and (N_txt, >= 1) top-k lists.
+
+    Returns:
+        image: (N_img,) bool, the image's top-1 caption's top-1 image is a different image;
+        text: (N_txt,) bool, the caption's top-1 image's top-1 caption belongs to another image.
+    """
+    image_to_text, text_to_image = as_numpy(image_to_text)[:, 0], as_numpy(text_to_image)[:, 0]
+    owner = np.asarray(text_image_index, dtype=np.int64)
+    images = np.arange(len(image_to_text))
+    return {"image": text_to_image[image_to_text] != images, "text": owner[image_to_text[text_to_image]] != owner}
+
+
 def one_way_rates(
     image_to_text: np.ndarray | torch.Tensor,
     text_to_image: np.ndarray | torch.Tensor,
     text_image_index: Sequence[int] | np.ndarray,
 ) -> dict[str, float]:
-    """Shares of one-way top-1 neighbours, from (N_img, >= 1) and (N_txt, >= 1) top-k lists.
-
-    Returns:
-        image: share of images whose top-1 caption's top-1 image is a different image;
-        text: share of captions whose top-1 image's top-1 caption belongs to another image.
-    """
-    image_to_text, text_to_image = as_numpy(image_to_text)[:, 0], as_numpy(text_to_image)[:, 0]
-    owner = np.asarray(text_image_index, dtype=np.int64)
-    images = np.arange(len(image_to_text))
-    image_one_way = text_to_image[image_to_text] != images  # (N_img,)
-    text_one_way = owner[image_to_text[text_to_image]] != owner  # (N_txt,)
-    return {"image": float(image_one_way.mean()), "text": float(text_one_way.mean())}
+    """Shares of one-way top-1 neighbours (`one_way_flags`): of images (`image`) and of captions (`text`)."""
+    return {name: float(flags.mean()) for name, flags in one_way_flags(image_to_text, text_to_image,
+                                                                        text_image_index).items()}
 
 
 def mutual_knn_overlap(
