@@ -63,6 +63,7 @@ def test_cli_help_lists_commands(capsys):
     assert "embed" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_two_rank_torchrun_shards_and_merges(tiny_coco, tmp_path):
     import os
     import subprocess
