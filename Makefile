@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN := PYTHONPATH=$(CURDIR)/src $(PY)
 
-.PHONY: env browser demo test lint clean-env
+.PHONY: env browser demo test test-fast lint clean-env
 
 env: $(STAMP)
 
@@ -31,8 +31,16 @@ demo: env
 browser:
 	@scripts/ensure_browser.sh
 
+# Both cores; a file's tests stay on one worker, so its module fixtures are built once, and the files go
+# out in the order of tests/conftest.py (longest first), not by their number of tests.
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: env browser
-	$(RUN) -m pytest $(PYTEST_ARGS)
+	$(RUN) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# The fast lane for a developer: every test but those marked slow (CI runs all through `make test`).
+test-fast: env browser
+	$(RUN) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: env
 	$(PY) -m ruff check src tests benchmarks

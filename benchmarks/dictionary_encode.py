@@ -19,6 +19,11 @@ include the Gram matrix D D^T. One thread. On CPU lace runs its fused kernel, co
 with numba: its first call (compilation, or a load from numba's on-disk cache) is timed
 apart and not in the figures; --kernel torch times the batched torch kernel instead.
 
+Which kernels ran is printed under the table and in the JSON's "kernels": torch's BLAS for the
+product, the floor and the Gram (oneMKL's own verbose line: version and instruction set), numpy's
+BLAS, which only scikit-learn uses (threadpoolctl: library, version, architecture), the CPU numba
+compiles the fused kernel for, and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as set for the run.
+
 Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu] [--kernel torch]
 The last printed line is one JSON object.
 """
@@ -28,12 +33,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import sys
+import tempfile
 import time
 
+import llvmlite.binding
 import torch
 from sklearn.decomposition import sparse_encode
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 from torch.profiler import ProfilerActivity, profile
 
 from lace.dictionary import fused_omp
@@ -120,6 +129,55 @@ def first_call_seconds(x: torch.Tensor, atoms: torch.Tensor, sparsity: int) -> t
     return seconds, "loaded from cache" if hits else "compiled"
 
 
+def mkl_verbose_line() -> str:
+    """oneMKL's description of itself (version, instruction set it dispatches to), from its verbose output
+    of one small product; empty when torch does not use MKL."""
+    if not torch.backends.mkl.is_available():
+        return ""
+    with tempfile.TemporaryFile() as captured:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(captured.fileno(), 1)  # MKL writes to the C stdout
+        try:
+            with torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):
+                torch.ones(8, 8) @ torch.ones(8, 8)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        captured.seek(0)
+        lines = captured.read().decode(errors="replace").splitlines()
+    return next((line.removeprefix("MKL_VERBOSE ").strip() for line in lines if "Product build" in line), "")
+
+
+def kernels() -> dict:
+    """Which kernels this run used: torch's BLAS (product, floor, Gram), numpy's BLAS (scikit-learn's peer,
+    through threadpoolctl), numba's target CPU (the fused kernel) and the OpenBLAS overrides in force."""
+    mkl = mkl_verbose_line()
+    isa = re.search(r"Intel\(R\) 64 architecture (.*?), Lnx", mkl)
+    version = re.search(r"oneMKL (.*?) Product build", mkl)
+    return {
+        "torch_blas": {"library": "oneMKL" if mkl else "not MKL", "version": version.group(1) if version else None,
+                       "instructions": isa.group(1) if isa else None,
+                       "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()},
+        "numpy_blas": [{key: pool.get(key) for key in ("internal_api", "version", "architecture", "prefix")}
+                       for pool in threadpool_info() if pool["user_api"] == "blas"],
+        "numba_cpu": llvmlite.binding.get_host_cpu_name(),
+        "environment": {name: os.environ.get(name) for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+    }
+
+
+def print_kernels(ran: dict) -> None:
+    torch_blas = ran["torch_blas"]
+    print(f"kernels: product, floor and Gram in torch's {torch_blas['library']} {torch_blas['version'] or ''} "
+          f"({torch_blas['instructions'] or 'instruction set not reported'}; torch CPU capability "
+          f"{torch_blas['torch_cpu_capability']}); fused OMP compiled by numba for {ran['numba_cpu']}")
+    for pool in ran["numpy_blas"]:
+        print(f"         BLAS of numpy / scipy (scikit-learn's peer only): {pool['internal_api']} {pool['version']}, "
+              f"architecture {pool['architecture']}")
+    print("         " + ", ".join(f"{name}={value if value is not None else 'unset'}"
+                                 for name, value in ran["environment"].items()))
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -193,6 +251,7 @@ def main() -> int:
                                       args.kernel)
                   for kind in ("plain", "nonnegative")}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    ran = kernels()
     lace_rate, peer_rate = args.n / lace_s, args.peer_n / peer_s
 
     print(f"encode N={args.n} x d={args.dim}, K={args.atoms}, s={args.sparsity}, 1 thread, {device}; "
@@ -206,6 +265,7 @@ def main() -> int:
     print(f"{'scikit-learn OMP (n=' + str(args.peer_n) + ')':<34}{peer_rate:>12.0f}{peer_error:>12.5f}"
           f"{peer_s:>10.2f}")
     print(f"largest code difference lace vs scikit-learn on the subset: {code_gap:.2e}")
+    print_kernels(ran)
     if compile_s:
         print(f"fused kernel's first call (not in the times above): {compile_s:.2f} s, {compile_source}")
     if stages:
@@ -243,7 +303,7 @@ def main() -> int:
                                  for kind, figures in stages.items()},
         "repeats": args.repeats, "load_average": [round(value, 2) for value in load],
         "peak_gb": round(peak_gb, 2),
-        "threads": 1,
+        "threads": 1, "kernels": ran,
     }))
     return 0
 

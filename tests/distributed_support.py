@@ -1,6 +1,7 @@
 """Data-parallel runs in tests: a free port, one training run in two gloo processes, and the tolerance
 by which its weights may differ from one process's."""
 
+import multiprocessing
 import os
 import socket
 from dataclasses import replace
@@ -31,8 +32,14 @@ def _worker(rank: int, world_size: int, port: int, config: TrainConfig) -> None:
 
 
 def train_in_two_processes(config: TrainConfig, output: Path) -> dict[str, torch.Tensor]:
-    """Train `config` in two gloo processes writing to `output`; return the last checkpoint's weights."""
-    mp.spawn(_worker, args=(2, free_port(), replace(config, output=str(output))), nprocs=2, join=True)
+    """Train `config` in two gloo processes writing to `output`; return the last checkpoint's weights.
+
+    The processes fork from multiprocessing's fork server, which imports this module (so torch and lace) once
+    per test session: each run then starts at once instead of paying two fresh interpreters' imports, and
+    nothing of the test process's own state (threads, loaded models) is forked with them."""
+    multiprocessing.set_forkserver_preload([__name__])
+    mp.start_processes(_worker, args=(2, free_port(), replace(config, output=str(output))), nprocs=2, join=True,
+                       start_method="forkserver")
     return load_file(str(latest_checkpoint(output).with_suffix(".safetensors")))
 
 

@@ -45,6 +45,7 @@ def demo(tmp_path_factory):
     return out, summary
 
 
+@pytest.mark.slow
 def test_report_has_every_table_and_plot(demo):
     out, summary = demo
     report = (out / "report.md").read_text()
@@ -76,6 +77,7 @@ def test_report_has_every_table_and_plot(demo):
     assert not any(name.startswith("provenance") for name in summary["wall_seconds"])
 
 
+@pytest.mark.slow
 def test_every_number_in_the_report_tables_comes_from_results(demo):
     out, _ = demo
     results = json.loads((out / "results.json").read_text())
@@ -89,6 +91,7 @@ def test_every_number_in_the_report_tables_comes_from_results(demo):
     assert [cell for cell in numeric if cell not in known] == []
 
 
+@pytest.mark.slow
 def test_claims_are_checked_against_the_numbers(demo):
     _, summary = demo
     rules = {"by >= 15 points": lambda d: d >= 0.15, "within 2 points": lambda d: d >= -0.02,
@@ -175,6 +178,7 @@ def test_per_item_scores_are_kept_and_their_means_are_the_figures(demo):
             assert {"i2t/R@1", "t2i/R@1"} <= set(items["retrieval"])
 
 
+@pytest.mark.slow
 def test_rerun_reuses_every_stage(demo):
     out, summary = demo
     again = run_demo(TINY, out, log=lambda _: None)
@@ -182,6 +186,7 @@ def test_rerun_reuses_every_stage(demo):
     assert again["evaluations"] == json.loads(json.dumps(summary["evaluations"]))
 
 
+@pytest.mark.slow
 def test_sweep_reuses_the_base_and_reports_every_setting_on_validation(demo, tmp_path):
     out, summary = demo
     grid_path = tmp_path / "grid.yaml"
@@ -247,6 +252,7 @@ def test_binding_targets_say_met_missed_or_not_decided_with_the_figures():
     assert all(verdict.status == "not run" and verdict.met is None for verdict in missing)
 
 
+@pytest.mark.slow
 def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_path):
     out, _ = demo
     reuse_run(out, tmp_path / "arms")
@@ -275,6 +281,7 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     assert "## Provenance (held-out images)" in report
 
 
+@pytest.mark.slow
 def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
     out, _ = demo
     report = (out / "report.md").read_text()
@@ -317,6 +324,7 @@ def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:
 
 
 
+@pytest.mark.slow
 def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_path):
     out, softmax = demo
     reuse_run(out, tmp_path / "sigmoid")

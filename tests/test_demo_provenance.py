@@ -40,6 +40,7 @@ def _instrument(world, encoder, calls):
     return ProvenanceInstrument(fit, lambda split: held_out_split(world, split, encoder, decoded), vocabulary)
 
 
+@pytest.mark.slow
 def test_the_stage_gives_shares_in_0_1_with_their_counts_for_the_edits_and_the_renderings(world):
     encoder = load_encoder("lace-micro-32")
     calls: list[str] = []
@@ -60,6 +61,7 @@ def test_the_stage_gives_shares_in_0_1_with_their_counts_for_the_edits_and_the_r
     assert provenance_figures(encoder, instrument, progress=False) == figures  # deterministic
 
 
+@pytest.mark.slow
 def test_the_rendered_reference_is_provenance_preferences_of_the_rendered_swaps_by_hand(world):
     encoder = load_encoder("lace-micro-32").eval()
     instrument = _instrument(world, encoder, [])

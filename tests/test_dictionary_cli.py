@@ -53,6 +53,7 @@ def test_dict_inspect_and_edit(fitted, capsys):
                  "--image", str(row), "--edit", "transplant:red=star"]) == 2
 
 
+@pytest.mark.slow
 def test_edit_png_draws_the_first_sources_with_each_rows_target_count(fitted, tmp_path, capsys):
     from PIL import Image
 
@@ -100,6 +101,7 @@ def test_edit_png_draws_the_first_sources_with_each_rows_target_count(fitted, tm
     assert f"image {sources[0]}: circle->star x4:" in printed
 
 
+@pytest.mark.slow
 def test_edit_grid_stage_reports_each_rows_target_count(fitted, tmp_path):
     from PIL import Image
 

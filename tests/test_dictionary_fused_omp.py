@@ -49,6 +49,7 @@ def test_fused_kernel_equals_torch_kernel_on_planted_data(n_atoms, nonnegative):
     _assert_same_codes(fused, batched, x, atoms, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nonnegative", [False, True])
 def test_fused_kernel_equals_torch_kernel_on_noise_in_float64(nonnegative):
     # no planted structure: many coefficients come out negative, so the refit runs

@@ -31,6 +31,7 @@ def test_lace_tiny_models_are_registered_and_unit_norm(name):
     _check_unit_outputs(encoder, size if isinstance(size, int) else size[0])
 
 
+@pytest.mark.slow
 def test_open_clip_vit_b_32_random_init():
     torch.manual_seed(0)
     encoder = load_encoder("ViT-B-32", pretrained=None)
@@ -76,6 +77,7 @@ def _write_clip_tokenizer(folder):
     (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(m) for m in merges) + "\n")
 
 
+@pytest.mark.slow
 def test_hugging_face_clip_tiny_random(tmp_path):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -3,6 +3,7 @@ change no figure, and zero-shot and retrieval run as for CLIP."""
 
 import json
 
+import pytest
 import torch
 
 from lace.cli import main
@@ -10,6 +11,7 @@ from lace.data.world import WorldConfig, generate_world
 from lace.encoders import load_encoder
 
 
+@pytest.mark.slow
 def test_zeroshot_retrieval_and_benchmarks_of_a_sigmoid_model_do_not_see_its_bias(tmp_path):
     world = tmp_path / "world"
     generate_world(WorldConfig(n_images=40, image_size=32, split_fractions=(0.5, 0.1, 0.3, 0.1),

@@ -31,6 +31,7 @@ def world(tmp_path_factory):
     return tiny_world(tmp_path_factory.mktemp("fidelity") / "world", 120, (0.6, 0.2, 0.1, 0.1))
 
 
+@pytest.mark.slow
 def test_fidelity_reports_each_layer_with_its_random_control(world):
     torch.manual_seed(0)
     encoder = load_encoder("lace-micro-rn-32").eval()

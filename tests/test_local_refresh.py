@@ -80,6 +80,7 @@ def whole(world, tmp_path_factory):
     return weights_of(result), events, run
 
 
+@pytest.mark.slow
 def test_a_refresh_replaces_the_editor_after_every_r_steps(whole):
     _, events, run = whole
     fits = [editor for kind, editor in events if kind == "fit"]
@@ -92,6 +93,7 @@ def test_a_refresh_replaces_the_editor_after_every_r_steps(whole):
     assert [m["local_editor_refreshes"] for m in metrics_of(run)] == [0, 1, 1, 2, 2]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_rebuilds_the_refitted_editor_and_reaches_the_same_weights(whole, world, tmp_path):
     reference, _, whole_run = whole
 
@@ -112,6 +114,7 @@ def test_a_resumed_run_rebuilds_the_refitted_editor_and_reaches_the_same_weights
     assert [m["loss"] for m in killed] == pytest.approx([m["loss"] for m in uninterrupted], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_fidelity_is_logged_at_its_steps_and_leaves_training_alone(whole, world, tmp_path):
     reference, _, _ = whole
     local = replace(LOCAL, fidelity_every=2, fidelity_items=3)
@@ -127,6 +130,7 @@ def test_fidelity_is_logged_at_its_steps_and_leaves_training_alone(whole, world,
     assert result.model.training
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operator", ["recolour", "transport"])
 def test_an_editor_saved_as_plain_tensors_makes_the_same_edits(world, operator):
     torch.manual_seed(0)
@@ -159,6 +163,7 @@ def test_bad_settings_are_refused_naming_the_field(field, value):
         TrainConfig(local=replace(LOCAL, **{field: value})).validate()
 
 
+@pytest.mark.slow
 def test_fidelity_off_a_shapes_world_is_refused_naming_the_switch(world, tmp_path):
     elsewhere = tmp_path / "data"
     elsewhere.mkdir()

@@ -148,6 +148,7 @@ def _pairs_config(world, tmp_path, name="LACE-local pairs + column", **changes) 
                                                                          fit_images=24)), name), **changes)
 
 
+@pytest.mark.slow
 def test_the_edited_rows_weight_scales_only_their_own_terms(world, tmp_path):
     # Pairs without columns at weight 0 is the plain run: the rows' term is the only thing the switch adds.
     zero = train(_pairs_config(world, tmp_path, "LACE-local pairs", edited_rows_weight=0.0), progress=False)
@@ -161,6 +162,7 @@ def test_the_edited_rows_weight_scales_only_their_own_terms(world, tmp_path):
                for k, v in plain.model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_image_side_pairs_leave_the_text_tower_to_the_plain_loss(world, tmp_path):
     # One step: the text tower's update is its gradient's alone, so it equals plain's when the rows' term gives it
     # none; the image tower learns from the rows either way.
@@ -179,6 +181,7 @@ def test_image_side_pairs_leave_the_text_tower_to_the_plain_loss(world, tmp_path
     assert any(not torch.equal(image_side[k], plain[k]) for k in visual)
 
 
+@pytest.mark.slow
 def test_pairs_one_process_and_two_processes_agree(world, tmp_path):
     config = _pairs_config(world, tmp_path)
     single = train(config, progress=False)

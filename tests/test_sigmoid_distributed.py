@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -38,6 +39,7 @@ def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(tmp_path, monkeypatch):
     names = make_images(tmp_path / "images", 16)
     (tmp_path / "pairs.csv").write_text("filepath,caption\n" + "".join(

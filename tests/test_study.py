@@ -88,6 +88,7 @@ def study(tmp_path_factory):
     return config, results, root
 
 
+@pytest.mark.slow
 def test_every_stage_ran_and_is_recorded(study):
     _, results, _ = study
     assert results["data"] == {"train": {"images": 30, "captions": 150}, "val": {"images": 5, "captions": 25},
@@ -110,6 +111,7 @@ def test_every_stage_ran_and_is_recorded(study):
     assert results["bank"]["train_negatives"] > 0 and results["bank"]["items"] > 0
 
 
+@pytest.mark.slow
 def test_switches_change_training_but_not_the_data_order(study):
     _, results, _ = study
     finetunes = results["finetunes"]
@@ -124,6 +126,7 @@ def test_switches_change_training_but_not_the_data_order(study):
     assert finetunes["plain"][0]["train"]["final_loss"] != finetunes["plain"][1]["train"]["final_loss"] or a != b
 
 
+@pytest.mark.slow
 def test_report_holds_every_table_and_figure_with_numbers_from_results(study):
     _, _, root = study
     out = root / "study"
@@ -151,6 +154,7 @@ def test_report_holds_every_table_and_figure_with_numbers_from_results(study):
         assert re.search(rf"\| {re.escape(variant)} \|", markdown)
 
 
+@pytest.mark.slow
 def test_report_has_zeroshot_before_and_after_every_fine_tune_and_the_edit_grid(study):
     _, _, root = study
     out = root / "study"
@@ -190,6 +194,7 @@ def test_report_has_zeroshot_before_and_after_every_fine_tune_and_the_edit_grid(
     assert len(checkpoints) == sum(len(runs) for runs in saved["finetunes"].values())
 
 
+@pytest.mark.slow
 def test_rerun_reuses_every_stage(study):
     config, results, _ = study
     again = run_flickr8k_study(config, log=lambda _: None)

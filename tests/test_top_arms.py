@@ -156,6 +156,7 @@ def test_caption_negatives_are_the_rule_rows_and_rows_without_one_are_invalid(to
 # --- training -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_arm_trains_from_one_start_and_plain_ignores_the_sources(top, map_editor, tmp_path):
     runs = {}
     for name, arm, given in (("plain", "plain", {}), ("plain with sources", "plain", {"local_editor": map_editor}),
@@ -195,6 +196,7 @@ def tiny_study(data, out, **changes) -> TopsStudyConfig:
                            items_per_kind=8, progress=False, **changes)
 
 
+@pytest.mark.slow
 def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_path):
     from lace.experiment.protocol import Run
     from lace.study.flickr8k_top_arms import run_tops_study
@@ -236,6 +238,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     assert test["split"] == "test" and (out / "arms-test.md").is_file()
 
 
+@pytest.mark.slow
 def test_the_study_scores_zero_shot_on_an_image_folder_for_the_base_and_every_arm(tmp_path):
     from lace.study.flickr8k_top_arms import run_tops_study
 

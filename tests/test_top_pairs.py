@@ -146,6 +146,7 @@ def test_fresh_token_states_are_the_cached_states_of_the_same_captions(top, tmp_
                                    atol=1e-3, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm", PAIRS_ARMS)
 def test_a_pairs_arm_trains_the_tops_on_its_rows_and_logs_them(top, map_editor, tmp_path, arm):
     model, metrics = train_arm(top, arm, tmp_path, map_editor)
@@ -172,6 +173,7 @@ def test_a_described_caption_that_is_also_the_rows_rule_made_negative_is_a_colli
     assert expected > 0 and negatives.rule_collisions == expected
 
 
+@pytest.mark.slow
 def test_a_columns_arm_trains_the_same_with_the_texts_and_logs_its_provenance_from_them(top, map_editor, tmp_path):
     with_texts, logged = train_arm(top, "LACE-local", tmp_path, map_editor)
     without, plain_logged = train_arm(top, "LACE-local", tmp_path, map_editor, texts=False)

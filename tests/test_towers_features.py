@@ -65,6 +65,7 @@ def test_length_sorted_text_batches_match_single_captions(encoder, photos):
     torch.testing.assert_close(torch.from_numpy(batched), single, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(onnx_runtime.default_runtime("image") != "onnxruntime", reason="onnxruntime is not installed")
 def test_onnxruntime_and_torch_give_the_same_features(encoder, photos):
     cosine = lambda a, b: float(torch.nn.functional.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b)).min())

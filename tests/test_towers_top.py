@@ -128,6 +128,7 @@ def photos(tmp_path_factory):
     return read_csv(folder / "captions.csv", image_root=folder / "images")
 
 
+@pytest.mark.slow
 def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tmp_path):
     torch.manual_seed(0)
     encoder = TowersDualEncoder(TowersConfig(embed_dim=16, head_hidden_dim=32, head_dropout=0.1))
@@ -171,6 +172,7 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
         torch.testing.assert_close(loaded.encode_texts(photos.captions), texts_after, atol=2e-3, rtol=0)
 
 
+@pytest.mark.slow
 def test_the_base_trains_only_heads_on_a_seeded_share_of_the_training_images(tmp_path):
     from lace.study.flickr8k_top import base_images, heads_base, top_splits
     from tests.test_flickr8k import make_flickr8k

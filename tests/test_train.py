@@ -100,6 +100,7 @@ def read_json_line(line: str) -> dict:
     return json.loads(line)
 
 
+@pytest.mark.slow
 def test_kill_and_resume_reaches_the_same_weights(pairs_csv, tmp_path):
     config = config_for(pairs_csv, tmp_path / "whole", grad_accumulation=2, caption_negatives=True,
                         vocabulary=WORLD_VOCABULARY)
@@ -140,6 +141,7 @@ def test_export_loads_in_open_clip_with_the_same_embeddings(pairs_csv, tmp_path)
         export_run(tmp_path / "run", out)
 
 
+@pytest.mark.slow
 def test_corrupted_checkpoint_gives_a_clear_error_and_keeps_the_previous(pairs_csv, tmp_path):
     run = tmp_path / "run"
     train(config_for(pairs_csv, run), progress=False)
@@ -223,6 +225,7 @@ def vocabulary_dictionary(seed: int, captions: list[str], n_images: int):
     return dictionary, directions, images, texts
 
 
+@pytest.mark.slow
 def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv, tmp_path):
     # The run's initial model (seed 3, as config_for trains) gives the dictionary, so edits pass their checks.
     captions = [f"a {c} {s} left of a {c2} star" for c in COLOURS for s in ("circle", "square") for c2 in ("pink", "cyan")]

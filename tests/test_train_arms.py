@@ -96,6 +96,7 @@ def _local_config(world, tmp_path) -> TrainConfig:
                                                             fit_images=24)), "LACE-local")
 
 
+@pytest.mark.slow
 def test_local_arm_one_process_and_two_processes_agree(world, tmp_path):
     config = _local_config(world, tmp_path)
     single = train(config, progress=False)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from lace.encoders import load_encoder
@@ -11,6 +12,7 @@ from tests.distributed_support import assert_same_weights, train_in_two_processe
 
 WORLD_VOCABULARY = str(Path(__file__).resolve().parents[1] / "src/lace/data/world/vocabulary.yaml")
 
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     names = make_images(tmp_path / "images", 16)
     colours = ["red", "green", "blue", "yellow"]

@@ -31,6 +31,7 @@ def heads_run(tmp_path, name: str, pairs: FeaturePairs, **changes):
     return encoder, train(config, dataset=pairs, progress=False, encoder=encoder)
 
 
+@pytest.mark.slow
 def test_heads_learn_from_cached_features_and_the_same_seed_repeats(tmp_path):
     pairs = feature_pairs(with_negatives=False)
     before = TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1)).state_dict()

@@ -96,6 +96,7 @@ def train_resume_and_export(model: str, pairs_csv: Path, tmp_path: Path, caplog)
     return whole, out
 
 
+@pytest.mark.slow
 def test_tiny_open_clip_siglip_trains_resumes_and_exports(pairs_csv, tmp_path, caplog):
     weights, out = train_resume_and_export("lace-micro-sigmoid-32", pairs_csv, tmp_path, caplog)
     clip = open_clip.create_model("lace-micro-sigmoid-32", pretrained=str(out)).eval()

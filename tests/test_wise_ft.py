@@ -83,6 +83,7 @@ def test_mismatched_architectures_and_activations_are_refused(run_and_base, tmp_
     assert not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.slow
 def test_the_tradeoff_curve_runs_from_the_base_to_each_fine_tune(tmp_path):
     from lace.eval.runner import EvalConfig, run_evaluation
     from lace.experiment.wise_ft import wise_ft_tradeoff

@@ -91,6 +91,7 @@ def _world_json_without_timing(folder: Path) -> dict:
     return content
 
 
+@pytest.mark.slow
 def test_same_seed_gives_byte_identical_output_for_any_worker_count(tmp_path):
     config = WorldConfig(n_images=48, image_size=32, webdataset=True, shard_size=16)
     generate_world(config, tmp_path / "a", progress=False)
@@ -451,6 +452,7 @@ def test_caption_styles_and_bad_input():
     assert set(RELATIONS) == set(RELATION_WORDS.values())
 
 
+@pytest.mark.slow
 def test_cli_writes_a_world_and_refuses_to_clobber(tmp_path, capsys):
     from lace.cli import main
 

@@ -59,6 +59,7 @@ def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs, tmp_path, monkeypatch):
     plan = tmp_path / "configs.json"
     plan.write_text(json.dumps([config_to_dict(config) for config in configs.values()]))

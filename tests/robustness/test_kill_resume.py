@@ -50,6 +50,7 @@ def final_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(latest_checkpoint(run).with_suffix(".safetensors")))
 
 
+@pytest.mark.slow
 def test_sigkill_at_seeded_points_then_resume_matches_the_uninterrupted_run_bit_for_bit(lace_run):
     folder, flags = lace_run
     assert main(["train", *flags, "--out", str(folder / "whole")]) == 0

@@ -76,6 +76,7 @@ def seeded_call(rng: random.Random) -> tuple[int, int]:
 # ---- one process ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run, tmp_path, capfd, signum):
     folder, flags = lace_run
@@ -97,6 +98,7 @@ def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run,
     assert_same_run(run, reference)
 
 
+@pytest.mark.slow
 def test_resume_auto_starts_afresh_then_resumes(lace_run, tmp_path):
     """`--resume auto`: no checkpoint yet, a fresh start (also over a run killed before its first one);
     with one, the run carries on from it."""
@@ -145,6 +147,7 @@ def two_process_reference(lace_run) -> Path:
     return reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("action", ["parent-SIGTERM", "SIGUSR1"])
 def test_two_processes_stop_at_one_step_on_a_preemption_signal_and_resume_exactly(lace_run, two_process_reference,
                                                                                  tmp_path, action):
@@ -170,6 +173,7 @@ def test_two_processes_stop_at_one_step_on_a_preemption_signal_and_resume_exactl
     assert_same_run(run, two_process_reference)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_under_max_restarts_and_resume_auto_finishes_exactly(lace_run, two_process_reference,
                                                                           tmp_path):
     _, flags = lace_run
@@ -184,6 +188,7 @@ def test_a_worker_killed_under_max_restarts_and_resume_auto_finishes_exactly(lac
     assert_same_run(run, two_process_reference)
 
 
+@pytest.mark.slow
 def test_a_hung_worker_ends_the_other_within_the_timeout_naming_it(lace_run, tmp_path):
     _, flags = lace_run
     port, timeout = free_port(), 4

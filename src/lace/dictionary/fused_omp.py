@@ -6,7 +6,10 @@ time, so that the row's K correlations stay in the core's cache for all s steps 
 of s passes over the whole (B, K) block. Each step:
 - selects the first atom with the largest correlation (or |correlation|) with the residual;
 - grows the support's Cholesky factor by one row and refits the coefficients by least
-  squares on the support (s x s triangular solves in float64).
+  squares on the support (s x s triangular solves in float64). The new row reads G[I, k], as
+  the torch kernel does: entries of the support's Gram rows, which the tile updates have just
+  read, rather than a first read of the chosen atom's row from memory; G[k, k] comes from a
+  copy of the diagonal.
 The residual correlations are `X D^T - a_I G[I]`. They are kept in tiles of TILE atoms,
 each up to date for the coefficients of some earlier step, and a tile is brought up to
 date (its slice of the support's Gram rows, times the change of the coefficients) only
@@ -65,13 +68,14 @@ def tile_maxima(gram: np.ndarray) -> np.ndarray:
 def omp_rows(
     correlations: np.ndarray,
     gram: np.ndarray,
+    gram_diagonal: np.ndarray,
     gram_tile_maxima: np.ndarray,
     sparsity: int,
     nonnegative: bool,
     tiny: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K)
-    and its `tile_maxima` (K, K / TILE).
+    """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K),
+    its diagonal (K,) (a contiguous copy) and its `tile_maxima` (K, K / TILE).
 
     `correlations` is read only. Rows stop early when the best correlation is at most
     `tiny` or the chosen atom lies in the span of the support; their remaining slots repeat
@@ -83,7 +87,8 @@ def omp_rows(
     values = np.empty((n, sparsity), dtype=correlations.dtype)
     # a tile update's rounding is at most (s + 1) float eps of the magnitudes it adds up
     margin = 4.0 * (sparsity + 1) * float(np.finfo(correlations.dtype).eps)
-    _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices, values)
+    _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices,
+              values)
     return indices, values
 
 
@@ -99,7 +104,8 @@ def _tile_maxima(gram, maxima):
 
 
 @_compiled
-def _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices, values):
+def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices,
+              values):
     n_rows, n_atoms = correlations.shape
     n_tiles = gram_tile_maxima.shape[1]
     absolute = not nonnegative
@@ -133,11 +139,10 @@ def _omp_rows(correlations, gram, gram_tile_maxima, sparsity, nonnegative, tiny,
             best, chosen = _first_largest(original if live == 0 else residual, tile_keys, versions, live, absolute)
             if best <= tiny:
                 break
-            gram_row = gram[chosen]
-            diagonal = np.float64(gram_row[chosen])
+            diagonal = np.float64(gram_diagonal[chosen])
             squared_distance = diagonal
             for j in range(step):  # forward substitution L w = G[I, k]
-                total = np.float64(gram_row[support[j]])
+                total = np.float64(gram[support[j], chosen])
                 for i in range(j):
                     total -= factor[j, i] * cross[i]
                 cross[j] = total / factor[j, j]
@@ -210,8 +215,8 @@ def _prefetch(typingctx, matrix, row, column):
         prefetch = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer.type, flag, flag, flag]), "llvm.prefetch.p0"
         )
-        # read, keep in all cache levels, data cache
-        builder.call(prefetch, [byte_pointer, ir.Constant(flag, 0), ir.Constant(flag, 3), ir.Constant(flag, 1)])
+        # read, keep in the outer cache levels (into L2, not L1: measured faster), data cache
+        builder.call(prefetch, [byte_pointer, ir.Constant(flag, 0), ir.Constant(flag, 1), ir.Constant(flag, 1)])
         return context.get_dummy_value()
 
     return types.void(matrix, row, column), codegen

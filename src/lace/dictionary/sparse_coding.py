@@ -166,9 +166,10 @@ def _fused_omp(
     with record_function("omp/product"):
         torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
     with record_function("omp/fused_rows"):
-        gram_rows, gram_tile_maxima = buffers.gram_tables(gram)
+        gram_rows, gram_diagonal, gram_tile_maxima = buffers.gram_tables(gram)
         indices, values = fused_omp.omp_rows(
-            correlations.numpy(), gram_rows, gram_tile_maxima, sparsity, nonnegative, _tiny(atoms.dtype)
+            correlations.numpy(), gram_rows, gram_diagonal, gram_tile_maxima, sparsity, nonnegative,
+            _tiny(atoms.dtype),
         )
     return torch.from_numpy(indices), torch.from_numpy(values)
 
@@ -286,11 +287,12 @@ class _OmpBuffers:
         self._gram_tables = None
 
     def gram_tables(self, gram: Tensor):
-        """`gram` as a (K, K) numpy array with contiguous rows, and its (K, K / TILE) tile maxima."""
+        """`gram` as a (K, K) numpy array with contiguous rows, its diagonal (K,) and its (K, K / TILE) tile
+        maxima."""
         if self._gram_tables is None:
             with record_function("omp/tile_maxima"):
                 rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
-                self._gram_tables = rows, fused_omp.tile_maxima(rows)
+                self._gram_tables = rows, rows.diagonal().copy(), fused_omp.tile_maxima(rows)
         return self._gram_tables
 
 
