@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 ARMS = ("plain", "caption negatives", "LACE-local pairs + real-image negative",
         "LACE-local pairs + real-image negative + caption negatives", "ceiling (rendered swaps)")

@@ -11,7 +11,6 @@ lives in the path and the sources.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from lace.train.metrics import MetricWindow, log_window, truncate_metrics
 from lace.train.metrics_writer import METRICS_FILE, MetricsWriter, start_line
 from lace.train.negatives import Negatives, valid_rows
 from lace.train.optim import build_optimizer, clamp_logit_scale, cosine_lr, set_lr
-from lace.train.paths import MicroBatch, Run, TrainingPairs, batches_per_epoch, embed_path, training_pairs
+from lace.train.paths import MicroBatch, Run, TrainingPairs, embed_path, total_steps, training_pairs
 from lace.train.rendered import RenderedNegatives
 from lace.train.sources import build_sources
 
@@ -140,10 +139,7 @@ class Trainer:
         given = {"editor": editor, "local_editor": local_editor, "rendered": rendered}
         self.path.check(given)
         self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
-        self.total_steps = config.steps
-        if config.epochs is not None:
-            self.total_steps = math.ceil(config.epochs * batches_per_epoch(self.pairs, self.order, config.batch_size)
-                                         / config.grad_accumulation)
+        self.total_steps = total_steps(config, self.pairs, self.order)
         self.sources = build_sources(run, self.path, given)
         pretrained = getattr(self.encoder, "pretrained_parameters", list)()
         self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay, (config.beta1, config.beta2),

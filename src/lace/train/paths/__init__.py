@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from lace.data import ImageTextDataset, read_dataset
 from lace.data.images import apply_image_policy
@@ -59,14 +60,16 @@ def training_pairs(dataset, config: TrainConfig, encoder: DualEncoder,
     return pairs, missing
 
 
-def batches_per_epoch(pairs: TrainingPairs, order, batch_size: int) -> int:
-    """Batches in one of `--epochs`: a pass over the rows (image-caption pairs) of data read from a file, as
-    open_clip_train counts an epoch; a pass over the images of in-memory pairs and cached features (the studies'
-    heads and tower tops), as `order` (a `TrainingOrder`) draws them."""
-    if isinstance(pairs, ImagePairs):
-        return max(1, sum(pairs.n_captions) // batch_size)
-    return order.batches_per_epoch
+def total_steps(config: TrainConfig, pairs: TrainingPairs, order) -> int:
+    """Optimiser steps of a run: `config.steps`, or `--epochs` passes counted as open_clip_train counts them, over
+    the rows (image-caption pairs) of data read from a file, over the images of in-memory pairs and cached features
+    (the studies' heads and tower tops) as `order` (a `TrainingOrder`) draws them."""
+    if config.epochs is None:
+        return config.steps
+    batches = max(1, sum(pairs.n_captions) // config.batch_size) if isinstance(pairs, ImagePairs) else \
+        order.batches_per_epoch
+    return math.ceil(config.epochs * batches / config.grad_accumulation)
 
 
-__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "TrainingPairs", "batches_per_epoch", "embed_path",
-           "training_pairs"]
+__all__ = ["PATHS", "EmbedPath", "FeaturePath", "MicroBatch", "PixelPath", "Run", "TopPath", "TrainingPairs", "embed_path",
+           "total_steps", "training_pairs"]
