@@ -162,6 +162,7 @@ def test_runs_of_one_draw_from_the_same_base_are_read_as_one(runs, tmp_path):
         (finetune_folder(first, BEST, seed) / "metrics.jsonl").unlink()
     parts = combine_draws(read_draws([runs[0], first, second]))
     assert parts["base_seeds"] == [0, 1] and len(parts["runs"]) == 3
+    assert parts["runs"] == [Path(run).name for run in (runs[0], first, second)]  # folder names, no machine paths
     assert parts["figures"] == whole["figures"] and parts["best"] == whole["best"]
     assert [t["status"] for t in parts["targets"]] == [t["status"] for t in whole["targets"]]
     assert [t["evidence"] for t in parts["targets"]] == [t["evidence"] for t in whole["targets"]]

@@ -309,7 +309,7 @@ def combine_draws(draws: Sequence[Draw], best: str | None = None) -> dict:
     every split, and the targets."""
     chosen, how = choose_best(draws, best)
     return {
-        "runs": [str(path) for draw in draws for path in draw.paths],
+        "runs": [path.parent.name for draw in draws for path in draw.paths],  # run folders by name: no machine paths
         "base_seeds": [draw.base_seed for draw in draws],
         "world": draws[0].summary["world"],
         "best": {"variant": chosen, "chosen_by": how},
