@@ -18,11 +18,10 @@ from safetensors.torch import save_file
 
 from lace.encoders import load_encoder
 from lace.encoders.open_clip_encoder import quick_gelu_for
-from lace.encoders.weights import TRAINED, resolve_pretrained
+from lace.encoders.weights import RUN_CONFIG, TRAINED, resolve_pretrained
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, read_json
 from lace.train import checkpoints
-from lace.train.loop import CONFIG_FILE
 from lace.train.wise_ft import check_same_architecture, interpolate_state_dicts, read_state_dict
 
 
@@ -45,9 +44,9 @@ def export_run(
         raise LaceInputError("--interpolate ALPHA and --base CHECKPOINT go together (WiSE-FT needs both)")
     if interpolate is not None and not 0.0 <= interpolate <= 1.0:
         raise LaceInputError(f"--interpolate: expected alpha in [0, 1] (0 = base, 1 = fine-tune), got {interpolate}")
-    config = read_json(run_dir / CONFIG_FILE)
+    config = read_json(run_dir / RUN_CONFIG)
     if not isinstance(config, dict) or "model" not in config:
-        raise LaceInputError(f"{run_dir / CONFIG_FILE}: field 'model': expected the run's model name")
+        raise LaceInputError(f"{run_dir / RUN_CONFIG}: field 'model': expected the run's model name")
     manifest = checkpoints.resolve_checkpoint(run_dir, checkpoint)
     loaded = checkpoints.load_checkpoint(manifest, run_dir)
     encoder = load_encoder(config["model"], None, device="cpu")

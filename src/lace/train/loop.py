@@ -25,6 +25,7 @@ from lace.config import config_to_dict
 from lace.data import ImageTextDataset
 from lace.distributed import DistributedContext, init_distributed, shutdown_distributed
 from lace.encoders import DualEncoder, load_encoder
+from lace.encoders.weights import RUN_CONFIG
 from lace.errors import LaceInputError
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.losses import duplicate_pairs
@@ -44,7 +45,6 @@ from lace.train.paths import MicroBatch, Run, TrainingPairs, embed_path, total_s
 from lace.train.rendered import RenderedNegatives
 from lace.train.sources import build_sources
 
-CONFIG_FILE = "config.json"
 # Fields that fix the model, the data order or what a step means: a resumed run must keep them.
 RESUME_INVARIANTS = ("model", "data", "split", "batch_size", "grad_accumulation", "seed")
 
@@ -154,7 +154,7 @@ class Trainer:
         if self.resume_from is not None:
             self._resume()
         if context.is_main:  # a resumed run records what it now runs to (its steps, its schedule)
-            atomic_write_json(self.run_dir / CONFIG_FILE, config_to_dict(config))
+            atomic_write_json(self.run_dir / RUN_CONFIG, config_to_dict(config))
         self.metrics_path = self.run_dir / METRICS_FILE
 
     # ---- the run folder ---------------------------------------------------------------
@@ -307,7 +307,7 @@ class Trainer:
 
     def _resume(self) -> None:
         config = self.config
-        saved_path = self.run_dir / CONFIG_FILE
+        saved_path = self.run_dir / RUN_CONFIG
         if saved_path.is_file():
             saved = json.loads(saved_path.read_text(encoding="utf-8"))
             current = config_to_dict(config)
@@ -338,4 +338,4 @@ class Trainer:
             truncate_metrics(self.run_dir / METRICS_FILE, self.step)
 
 
-__all__ = ["CONFIG_FILE", "METRICS_FILE", "RESUME_INVARIANTS", "TrainResult", "Trainer", "train"]
+__all__ = ["METRICS_FILE", "RESUME_INVARIANTS", "TrainResult", "Trainer", "train"]
