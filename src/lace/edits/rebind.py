@@ -56,7 +56,6 @@ def binding_margin(centred: Tensor, compounds: Tensor, table: Tensor) -> Tensor:
     return readouts[..., 0] + readouts[..., 1] - readouts[..., 2] - readouts[..., 3]
 
 
-# long: one batched tensor program over (B, S_a, S_a, S_o, S_o) quadruples whose steps share a dozen tensors
 def plan_rebind(
     centred: Tensor,
     weights: Tensor,
@@ -82,34 +81,64 @@ def plan_rebind(
     quadruples uniformly; or None with `named` = (a1, a2) fixed attributes, where the
     object pair with the clearest binding (largest |margin|) is taken.
     """
+    attributes, attribute_ok = _candidate_attributes(weights, attribute_usable & is_attribute, named)
+    objects, object_ok = _top_candidates(weights, object_usable & is_object)
+    compounds = compound_index[attributes.unsqueeze(2), objects.unsqueeze(1)]  # (B, S_a, S_o)
+    attribute_pairs = _pairs(attribute_ok, group_ids[attributes])  # (B, S_a, S_a)
+    valid, margin = _quadruples(centred, compounds, table, attribute_pairs, _pairs(object_ok))
+    choice, proposed = _choose(valid, margin, n_edits, draws)
+    i1, i2, j1, j2 = _unravel(choice, attributes.shape[1], objects.shape[1])
+    # read the pairing off the embedding: rename the objects so that a1 is the one bound to o1
+    crossed = margin.gather(1, choice) < 0
+    j1, j2 = torch.where(crossed, j2, j1), torch.where(crossed, j1, j2)
+    flat = compounds.clamp_min(0).flatten(1)  # (B, S_a * S_o)
+    n_objects = objects.shape[1]
+    chosen = torch.stack([flat.gather(1, i * n_objects + j) for i, j in ((i1, j1), (i2, j2), (i2, j1), (i1, j2))], -1)
+    chosen = torch.where(proposed.unsqueeze(-1), chosen, torch.zeros_like(chosen))  # (B, M, 4)
+    chosen_attributes = torch.stack([attributes.gather(1, i1), attributes.gather(1, i2)], -1)  # (B, M, 2)
+    chosen_objects = torch.stack([objects.gather(1, j1), objects.gather(1, j2)], -1)
     batch = weights.shape[0]
-    device = weights.device
-    n_concepts = weights.shape[1]  # candidates beyond the kind's own concepts are masked, not counted (no sync)
-    if named is None:
-        n_attributes = min(REBIND_CANDIDATES, n_concepts)
-        attribute_score = torch.where(attribute_usable & is_attribute, weights, torch.full_like(weights, -float("inf")))
-        top_attribute_weight, top_attributes = attribute_score.topk(n_attributes, dim=1)  # (B, S_a)
-        attribute_ok = torch.isfinite(top_attribute_weight)
-    else:
-        top_attributes = torch.tensor(named, device=device).expand(batch, 2)
-        attribute_ok = attribute_usable.gather(1, top_attributes)
-        n_attributes = 2
-    n_objects = min(REBIND_CANDIDATES, n_concepts)
-    object_score = torch.where(object_usable & is_object, weights, torch.full_like(weights, -float("inf")))
-    top_object_weight, top_objects = object_score.topk(n_objects, dim=1)  # (B, S_o)
-    object_ok = torch.isfinite(top_object_weight)
+    weight = strength * weights.gather(1, chosen_attributes.flatten(1)).view(batch, n_edits, 2).mean(-1)  # (B, M)
+    directions = table[chosen]  # (B, M, 4, d)
+    step = directions[..., 2, :] + directions[..., 3, :] - directions[..., 0, :] - directions[..., 1, :]
+    step = step * (weight * proposed).unsqueeze(-1)
+    return RebindPlan(proposed, chosen_attributes, chosen_objects, chosen, step)
 
-    upper_a = torch.ones(n_attributes, n_attributes, dtype=torch.bool, device=device).triu(1)
-    upper_o = torch.ones(n_objects, n_objects, dtype=torch.bool, device=device).triu(1)
-    attribute_groups = group_ids[top_attributes]
-    attribute_pairs = (attribute_ok.unsqueeze(2) & attribute_ok.unsqueeze(1) & upper_a
-                       & (attribute_groups.unsqueeze(2) == attribute_groups.unsqueeze(1)))  # (B, S_a, S_a)
-    object_pairs = object_ok.unsqueeze(2) & object_ok.unsqueeze(1) & upper_o  # (B, S_o, S_o)
-    compounds = compound_index[top_attributes.unsqueeze(2), top_objects.unsqueeze(1)]  # (B, S_a, S_o)
+
+def _top_candidates(weights: Tensor, usable: Tensor) -> tuple[Tensor, Tensor]:
+    """The `REBIND_CANDIDATES` heaviest usable concepts of each row, (B, S) long, and which are real, (B, S) bool.
+
+    Candidates beyond the usable concepts are masked, not counted (no sync)."""
+    score = torch.where(usable, weights, torch.full_like(weights, -float("inf")))
+    top_weight, top = score.topk(min(REBIND_CANDIDATES, weights.shape[1]), dim=1)
+    return top, torch.isfinite(top_weight)
+
+
+def _candidate_attributes(weights: Tensor, usable: Tensor, named: tuple[int, int] | None) -> tuple[Tensor, Tensor]:
+    """The attributes taking part, (B, S_a), and which may: the heaviest, or the two `named` ones where usable."""
+    if named is None:
+        return _top_candidates(weights, usable)
+    attributes = torch.tensor(named, device=weights.device).expand(weights.shape[0], 2)
+    return attributes, usable.gather(1, attributes)
+
+
+def _pairs(ok: Tensor, groups: Tensor | None = None) -> Tensor:
+    """(B, S, S) bool: pairs i < j of candidates that may take part, ok (B, S), and are of one group, (B, S) ids."""
+    upper = torch.ones(ok.shape[1], ok.shape[1], dtype=torch.bool, device=ok.device).triu(1)
+    pairs = ok.unsqueeze(2) & ok.unsqueeze(1) & upper
+    return pairs if groups is None else pairs & (groups.unsqueeze(2) == groups.unsqueeze(1))
+
+
+def _quadruples(centred: Tensor, compounds: Tensor, table: Tensor, attribute_pairs: Tensor,
+                object_pairs: Tensor) -> tuple[Tensor, Tensor]:
+    """Every quadruple (i1, i2, j1, j2), attributes at top positions i1 < i2 and objects at j1 < j2, flattened:
+    (B, Q) bool valid (both pairs allowed and all four compounds known) and (B, Q) binding margin.
+
+    attribute_pairs, object_pairs: (B, S_a, S_a) and (B, S_o, S_o) bool, the pairs that may take part (`_pairs`)."""
+    batch, n_attributes, n_objects = compounds.shape
     # readouts of the (at most 64) candidate compounds only, not of the whole table
     readouts = torch.einsum("bijd,bd->bij", table[compounds.clamp_min(0)], centred)  # (B, S_a, S_o)
 
-    # quadruples (i1, i2, j1, j2): attributes at top positions i1 < i2, objects at j1 < j2
     def grid(values: Tensor, first: int, second: int) -> Tensor:
         """(B, S_a, S_o) -> (B, S_a, S_a, S_o, S_o) value at (attribute i_first, object j_second)."""
         shape = [batch, 1, 1, 1, 1]
@@ -122,32 +151,25 @@ def plan_rebind(
              & object_pairs.view(batch, 1, 1, n_objects, n_objects)
              & grid(known, 1, 1) & grid(known, 2, 2) & grid(known, 2, 1) & grid(known, 1, 2))
     margin = grid(readouts, 1, 1) + grid(readouts, 2, 2) - grid(readouts, 2, 1) - grid(readouts, 1, 2)
-    valid = valid.flatten(1)  # (B, Q)
-    margin = margin.expand(batch, n_attributes, n_attributes, n_objects, n_objects).flatten(1)
+    return valid.flatten(1), margin.expand(batch, n_attributes, n_attributes, n_objects, n_objects).flatten(1)
+
+
+def _choose(valid: Tensor, margin: Tensor, n_edits: int, draws: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The quadruple of each of (B, M) slots, (B, M) long, and whether one was proposed, (B, M) bool: the k-th
+    valid one for uniform `draws` (one draw per slot whatever the number of candidates), else the clearest."""
+    batch = valid.shape[0]
     n_valid = valid.sum(1, keepdim=True)  # (B, 1)
     if draws is None:
         scores = torch.where(valid, margin.abs(), torch.full_like(margin, -float("inf")))
         choice = scores.argmax(-1, keepdim=True).expand(batch, n_edits)  # (B, M)
     else:
-        # the k-th valid quadruple, k uniform: one draw per slot whatever the number of candidates
         rank = (draws * n_valid).floor().long().clamp_max((n_valid - 1).clamp_min(0))  # (B, M)
         choice = torch.searchsorted(valid.long().cumsum(1), rank + 1).clamp_max(valid.shape[1] - 1)
-    proposed = (n_valid > 0).expand(batch, n_edits)
+    return choice, (n_valid > 0).expand(batch, n_edits)
 
+
+def _unravel(choice: Tensor, n_attributes: int, n_objects: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Flat quadruple indices (B, M) -> their positions (i1, i2, j1, j2) among the candidates."""
     i1, rest = choice // (n_attributes * n_objects * n_objects), choice % (n_attributes * n_objects * n_objects)
     i2, rest = rest // (n_objects * n_objects), rest % (n_objects * n_objects)
-    j1, j2 = rest // n_objects, rest % n_objects
-    # read the pairing off the embedding: rename the objects so that a1 is the one bound to o1
-    crossed = margin.gather(1, choice) < 0
-    j1, j2 = torch.where(crossed, j2, j1), torch.where(crossed, j1, j2)
-    flat = compounds.clamp_min(0).flatten(1)  # (B, S_a * S_o)
-    chosen = torch.stack([flat.gather(1, i * n_objects + j) for i, j in ((i1, j1), (i2, j2), (i2, j1), (i1, j2))], -1)
-    chosen = torch.where(proposed.unsqueeze(-1), chosen, torch.zeros_like(chosen))  # (B, M, 4)
-    attributes = torch.stack([top_attributes.gather(1, i1), top_attributes.gather(1, i2)], -1)  # (B, M, 2)
-    objects = torch.stack([top_objects.gather(1, j1), top_objects.gather(1, j2)], -1)
-    weight = strength * weights.gather(1, attributes.flatten(1)).view(batch, n_edits, 2).mean(-1)  # (B, M)
-    directions = table[chosen]  # (B, M, 4, d)
-    step = directions[..., 2, :] + directions[..., 3, :] - directions[..., 0, :] - directions[..., 1, :]
-    step = step * (weight * proposed).unsqueeze(-1)
-    return RebindPlan(proposed, attributes, objects, chosen, step)
-
+    return i1, i2, rest // n_objects, rest % n_objects

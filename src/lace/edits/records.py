@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-import torch
 from torch import Tensor
 
 from lace.edits.config import EDIT_KINDS
 
 NO_EDIT = -1
+WEIGHT_FIELDS = ("source_weight_before", "source_weight_after", "target_weight_before", "target_weight_after",
+                 "step_size")
+"""The (B, M) float fields of `EditRecords`, copied as they are into each record's dict."""
 
 
 @dataclass
@@ -40,11 +42,6 @@ class EditRecords:
     passed_check: Tensor
     objects: Tensor | None = None
 
-    def replace(self, **changes: Tensor) -> EditRecords:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return EditRecords(**values)
-
     def to_dicts(self, unit_names: list[str], unit_atoms: list[list[int]] | None = None) -> list[dict]:
         """Flatten to one dict per (b, m) for reports; `unit_names[i]` names source/target i."""
         rows = []
@@ -61,11 +58,7 @@ class EditRecords:
                     "kind": EDIT_KINDS[kind] if kind >= 0 else None,
                     "source": unit_names[source] if kind >= 0 else None,
                     "target": unit_names[target] if kind >= 0 and target >= 0 else None,
-                    "source_weight_before": columns["source_weight_before"][b][m],
-                    "source_weight_after": columns["source_weight_after"][b][m],
-                    "target_weight_before": columns["target_weight_before"][b][m],
-                    "target_weight_after": columns["target_weight_after"][b][m],
-                    "step_size": columns["step_size"][b][m],
+                    **{name: columns[name][b][m] for name in WEIGHT_FIELDS},
                     "proposed": bool(columns["proposed"][b][m]),
                     "passed_check": bool(columns["passed_check"][b][m]),
                 }
@@ -92,21 +85,3 @@ class Counterfactuals:
     @property
     def n_valid(self) -> int:
         return int(self.valid.sum())
-
-
-def empty_like_slots(batch: int, slots: int, device: torch.device) -> dict[str, Tensor]:
-    """Zero-filled record fields for (B, M) slots."""
-    zeros = torch.zeros(batch, slots, device=device)
-    minus_one = torch.full((batch, slots), NO_EDIT, dtype=torch.long, device=device)
-    return {
-        "kind": minus_one,
-        "source": minus_one.clone(),
-        "target": minus_one.clone(),
-        "source_weight_before": zeros,
-        "source_weight_after": zeros.clone(),
-        "target_weight_before": zeros.clone(),
-        "target_weight_after": zeros.clone(),
-        "step_size": zeros.clone(),
-        "proposed": torch.zeros(batch, slots, dtype=torch.bool, device=device),
-        "passed_check": torch.zeros(batch, slots, dtype=torch.bool, device=device),
-    }
