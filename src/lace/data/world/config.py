@@ -129,25 +129,33 @@ class WorldConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _check_subset(
-    field: str, values: tuple[str, ...], allowed: tuple[str, ...], minimum: int
-) -> None:
+def _check_subset(field: str, values: tuple[str, ...], allowed: tuple[str, ...], minimum: int) -> None:
     unknown = [v for v in values if v not in allowed]
     if unknown or len(set(values)) != len(values) or len(values) < minimum:
-        raise input_error(
-            "WorldConfig", field, f"at least {minimum} distinct names from {list(allowed)}", values
-        )
+        raise input_error("WorldConfig", field, f"at least {minimum} distinct names from {list(allowed)}", values)
 
 
-# long: one check per WorldConfig field, in field order, each naming its field; split up they would scatter
+SHARES = ("scale_jitter", "holdout_fraction", "cooccurrence_skew", "web_object_prob", "web_colour_prob",
+          "web_size_prob", "web_texture_prob", "web_relation_prob", "web_colour_noise", "coco_size_prob",
+          "coco_texture_prob")
+"""The `WorldConfig` fields that are probabilities or shares, each in [0, 1]."""
+COUNTS = ("coco_captions", "benchmark_items_per_family", "shard_size", "supersample", "workers")
+"""The `WorldConfig` fields that count something, each at least 1."""
+
+
 def validate_config(config: WorldConfig) -> None:
-    """Raise `LaceInputError` naming the first field that cannot make a world."""
+    """Raise `LaceInputError` naming the first field that cannot make a world (checked in field order)."""
+    _check_scenes(config)
+    _check_shares(config)
+    _check_captions_and_files(config)
+
+
+def _check_scenes(config: WorldConfig) -> None:
+    """The image count and canvas, the objects per scene and the vocabulary, and the objects' extents."""
     if config.n_images < 1:
         raise input_error("WorldConfig", "n_images", "a positive integer", config.n_images)
     if not 16 <= config.image_size <= 1024:
-        raise input_error(
-            "WorldConfig", "image_size", "an integer in [16, 1024]", config.image_size
-        )
+        raise input_error("WorldConfig", "image_size", "an integer in [16, 1024]", config.image_size)
     if not 1 <= config.objects_per_scene <= 4:
         raise input_error("WorldConfig", "objects_per_scene", "1 to 4", config.objects_per_scene)
     n = config.objects_per_scene
@@ -157,85 +165,43 @@ def validate_config(config: WorldConfig) -> None:
     _check_subset("textures", config.textures, TEXTURES, 1)
     _check_subset("relations", config.relations, RELATIONS, 1)
     if not 0 < config.small_extent <= config.large_extent <= 0.5:
-        raise input_error(
-            "WorldConfig",
-            "small_extent/large_extent",
-            "0 < small <= large <= 0.5",
-            (config.small_extent, config.large_extent),
-        )
-    for name in (
-        "scale_jitter",
-        "holdout_fraction",
-        "cooccurrence_skew",
-        "web_object_prob",
-        "web_colour_prob",
-        "web_size_prob",
-        "web_texture_prob",
-        "web_relation_prob",
-        "web_colour_noise",
-        "coco_size_prob",
-        "coco_texture_prob",
-    ):
+        raise input_error("WorldConfig", "small_extent/large_extent", "0 < small <= large <= 0.5",
+                          (config.small_extent, config.large_extent))
+
+
+def _check_shares(config: WorldConfig) -> None:
+    """Every probability and share (`SHARES`), the held-out share, the split fractions and the skewed splits."""
+    for name in SHARES:
         value = getattr(config, name)
         if not 0.0 <= value <= 1.0:
             raise input_error("WorldConfig", name, "a number in [0, 1]", value)
     if config.holdout_fraction > 0.5:
         raise input_error("WorldConfig", "holdout_fraction", "at most 0.5", config.holdout_fraction)
-    if (
-        len(config.split_fractions) != 4
-        or any(f < 0 for f in config.split_fractions)
-        or abs(sum(config.split_fractions) - 1.0) > 1e-6
-    ):
-        raise input_error(
-            "WorldConfig",
-            "split_fractions",
-            "4 non-negative fractions (train, val, test, test_comp) summing to 1",
-            config.split_fractions,
-        )
-    unknown_splits = [s for s in config.skewed_splits if s not in SPLITS]
-    if unknown_splits:
-        raise input_error(
-            "WorldConfig", "skewed_splits", f"names from {list(SPLITS)}", config.skewed_splits
-        )
+    fractions = config.split_fractions
+    if len(fractions) != 4 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise input_error("WorldConfig", "split_fractions",
+                          "4 non-negative fractions (train, val, test, test_comp) summing to 1", fractions)
+    if any(s not in SPLITS for s in config.skewed_splits):
+        raise input_error("WorldConfig", "skewed_splits", f"names from {list(SPLITS)}", config.skewed_splits)
+
+
+def _check_captions_and_files(config: WorldConfig) -> None:
+    """Captions per image, the counts (`COUNTS`), the shards' caption style, PNG compression and the noise."""
     if not 1 <= config.web_captions_min <= config.web_captions_max:
-        raise input_error(
-            "WorldConfig",
-            "web_captions_min/max",
-            "1 <= min <= max",
-            (config.web_captions_min, config.web_captions_max),
-        )
-    for name in (
-        "coco_captions",
-        "benchmark_items_per_family",
-        "shard_size",
-        "supersample",
-        "workers",
-    ):
+        raise input_error("WorldConfig", "web_captions_min/max", "1 <= min <= max",
+                          (config.web_captions_min, config.web_captions_max))
+    for name in COUNTS:
         if getattr(config, name) < 1:
             raise input_error("WorldConfig", name, "an integer >= 1", getattr(config, name))
     if config.webdataset_style not in CAPTION_STYLES:
-        raise input_error(
-            "WorldConfig",
-            "webdataset_style",
-            f"one of {list(CAPTION_STYLES)}",
-            config.webdataset_style,
-        )
+        raise input_error("WorldConfig", "webdataset_style", f"one of {list(CAPTION_STYLES)}",
+                          config.webdataset_style)
     if not 0 <= config.png_compression <= 9:
-        raise input_error(
-            "WorldConfig", "png_compression", "an integer in [0, 9]", config.png_compression
-        )
-    if (
-        config.noise_std < 0
-        or config.clutter < 0
-        or config.rotation_jitter < 0
-        or config.colour_jitter < 0
-    ):
-        raise input_error(
-            "WorldConfig",
-            "noise_std/clutter/rotation_jitter/colour_jitter",
-            "non-negative values",
-            (config.noise_std, config.clutter, config.rotation_jitter, config.colour_jitter),
-        )
+        raise input_error("WorldConfig", "png_compression", "an integer in [0, 9]", config.png_compression)
+    noise = (config.noise_std, config.clutter, config.rotation_jitter, config.colour_jitter)
+    if any(value < 0 for value in noise):
+        raise input_error("WorldConfig", "noise_std/clutter/rotation_jitter/colour_jitter", "non-negative values",
+                          noise)
 
 
 def world_vocabulary(config: WorldConfig) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lace.data.world.config import INVERSE_RELATION, SPLITS, WorldConfig
+from lace.data.world.config import SPLITS, WorldConfig
 from lace.errors import LaceInputError, input_error
 
 SPLIT_CODES = {split: code for code, split in enumerate(SPLITS)}
@@ -272,7 +272,3 @@ def sample_scene(
         f"WorldConfig: {config.objects_per_scene} objects do not fit on a {config.image_size} px "
         "canvas; raise image_size or lower large_extent/small_extent"
     )
-
-
-def inverse_relation(relation: str) -> str:
-    return INVERSE_RELATION[relation]
