@@ -55,6 +55,18 @@ Samples = Callable[[str, str, str], Sequence[Run]]
 """samples(arm, figure, split) -> every run of `arm` holding `figure` on `split` (empty: not measured)."""
 
 
+def figures_samples(runs: Mapping[str, Sequence[Mapping]]) -> Samples:
+    """samples(arm, figure, split) over one figures dict per run of each arm (`runs`, all of one split): every run
+    holding the figure, with its per-item scores where the run kept them (under `items`)."""
+
+    def samples(arm: str, figure: str, split: str) -> list[Run]:
+        found = [(figures[figure], figures.get("items", {}).get(figure)) for figures in runs.get(arm, [])
+                 if figures.get(figure) is not None]
+        return [Run(float(value), None if items is None else np.asarray(items, dtype=float)) for value, items in found]
+
+    return samples
+
+
 @dataclass
 class Verdict:
     """A checked target: status met, missed, not decided, not run or not measured; the estimate, its margin past

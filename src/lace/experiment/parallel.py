@@ -130,7 +130,7 @@ def _finish(runner: StageRunner, stage: Stage, process, receiver: Connection) ->
         raise error
     if process.exitcode != 0:
         raise StageFailed(f"stage {stage.name!r}: its worker process exited with code {process.exitcode}")
-    result = runner.collect(stage.name, stage.key)
+    result = runner.cached(stage.name, stage.key, reused=False)
     if result is None:
         raise StageFailed(f"stage {stage.name!r}: its worker process wrote no result for key {stage.key}")
     return result

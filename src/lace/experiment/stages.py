@@ -41,28 +41,21 @@ class StageRunner:
     def path(self, name: str) -> Path:
         return self.out / "stages" / f"{name}.json"
 
-    def cached(self, name: str, key: str) -> dict | None:
-        """The recorded result of `name` when it was run with `key`, reused (its times noted, a line logged),
-        else None."""
+    def cached(self, name: str, key: str, reused: bool = True) -> dict | None:
+        """The recorded result of `name` when it was run with `key`, else None: reused (its times noted, a line
+        logged), or with `reused` False the result another process recorded just now (its times noted as a run of
+        this one)."""
         record = self._record(name, key)
         if record is None:
             return None
-        self._note(name, record["wall_seconds"], record.get("cpu_seconds"), reused=True)
-        self.log(f"[{name}] reused ({record['wall_seconds']:.1f}s when run)")
+        self._note(name, record["wall_seconds"], record.get("cpu_seconds"), reused=reused)
+        if reused:
+            self.log(f"[{name}] reused ({record['wall_seconds']:.1f}s when run)")
         return record["result"]
 
     def done(self, name: str, key: str) -> bool:
         """Whether `name` is recorded for `key` (read only: nothing is noted or logged)."""
         return self._record(name, key) is not None
-
-    def collect(self, name: str, key: str) -> dict | None:
-        """The result another process recorded for `name` with `key` just now (its times noted as a run of this
-        one), else None."""
-        record = self._record(name, key)
-        if record is None:
-            return None
-        self._note(name, record["wall_seconds"], record.get("cpu_seconds"), reused=False)
-        return record["result"]
 
     def run(self, name: str, key: str, work: Callable[[], dict]) -> dict:
         """Return `work()`'s result for `name`, from the cache when `key` matches."""

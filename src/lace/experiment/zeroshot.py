@@ -39,6 +39,16 @@ def zeroshot_figures(encoder: DualEncoder, name: str, config: EvalConfig) -> dic
     return {**figures, MEAN_TOP1: zeroshot_top1({"zeroshot": figures})}
 
 
+def folder_zeroshot(encoder: DualEncoder, name: str, config) -> dict[str, float | None]:
+    """`zeroshot/<task>/*` figures (`zeroshot_figures`) of `encoder` on the user's image folder of a ground's
+    `config` (its `zeroshot_root`, `zeroshot_classnames` and `zeroshot_templates`); empty without a folder."""
+    if not config.zeroshot_root:
+        return {}
+    folder = EvalConfig(benchmarks=("zeroshot",), zeroshot_root=config.zeroshot_root,
+                        zeroshot_classnames=config.zeroshot_classnames, zeroshot_templates=config.zeroshot_templates)
+    return {f"zeroshot/{key}": value for key, value in zeroshot_figures(encoder, name, folder).items()}
+
+
 def world_zeroshot_root(world_dir: str | Path, folder: str | Path, per_class: int = 20) -> Path:
     """`folder`, holding a copy of the world's `world.json` and its zero-shot tasks (written once), so that a
     world shared read-only between runs is never written to. Pass it as `EvalConfig.zeroshot_root`."""
