@@ -45,10 +45,29 @@ class SplitFeatures:
 
     @property
     def captions_per_image(self) -> list[list[str]]:
-        grouped: list[list[str]] = [[] for _ in self.image_paths]
-        for caption, owner in zip(self.captions, self.caption_image_index):
-            grouped[owner].append(caption)
-        return grouped
+        return captions_by_image(self.captions, self.caption_image_index, len(self.image_paths))
+
+
+def captions_by_image(captions: Sequence[str], caption_image_index: np.ndarray, n_images: int) -> list[list[str]]:
+    """The captions of each of `n_images` images, in caption order; caption_image_index: (N_txt,) their images."""
+    grouped: list[list[str]] = [[] for _ in range(n_images)]
+    for caption, owner in zip(captions, caption_image_index):
+        grouped[owner].append(caption)
+    return grouped
+
+
+def split_rows(dataset: ImageTextDataset) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per split of Flickr8k (`SPLITS`, records tagged with one): its image rows (N_img,), its captions' rows
+    (N_txt,) and each of those captions' image row within the split (N_txt,)."""
+    owner = np.asarray(dataset.caption_image_index, dtype=np.int64)
+    found = {}
+    for name in SPLITS:
+        rows = np.array([i for i, record in enumerate(dataset.records) if record.split == name], dtype=np.int64)
+        local = np.full(len(dataset), -1, dtype=np.int64)
+        local[rows] = np.arange(rows.size)
+        keep = np.flatnonzero(local[owner] >= 0)
+        found[name] = (rows, keep, local[owner[keep]])
+    return found
 
 
 def throughput_record_path(cache_dir: str | Path, dataset: ImageTextDataset) -> Path:
@@ -108,22 +127,16 @@ def dataset_features(
         throughput = {"images": len(dataset), "captions": len(dataset.captions), "image_seconds": None,
                       "caption_seconds": None, "images_per_second": None, "captions_per_second": None,
                       "computed_in_this_run": False}
-    owner = np.asarray(dataset.caption_image_index, dtype=np.int64)
-    caption_rows = np.arange(len(owner))
     splits = {}
-    for name in SPLITS:
-        rows = np.array([i for i, record in enumerate(dataset.records) if record.split == name], dtype=np.int64)
+    for name, (rows, keep, owner) in split_rows(dataset).items():
         if rows.size == 0:
             raise LaceInputError(f"{dataset.source}: split {name!r} holds no images; the study needs all of {SPLITS}")
-        local = np.full(len(dataset), -1, dtype=np.int64)
-        local[rows] = np.arange(rows.size)
-        keep = caption_rows[local[owner] >= 0]
         splits[name] = SplitFeatures(
             name=name,
             image_features=torch.from_numpy(np.array(images[rows], dtype=np.float32)),
             text_features=torch.from_numpy(np.array(texts[keep], dtype=np.float32)),
             captions=[dataset.captions[i] for i in keep],
-            caption_image_index=local[owner[keep]],
+            caption_image_index=owner,
             image_paths=[str(dataset.records[i].image_path) for i in rows],
         )
     return splits, throughput

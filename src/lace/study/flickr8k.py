@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,12 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders.towers import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
-from lace.eval.runner import EvalConfig
 from lace.experiment.edit_grids import edit_grid_stage
 from lace.experiment.parallel import run_stages
 from lace.experiment.protocol import ArmStages, Run, by_arm, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds
-from lace.experiment.zeroshot import zeroshot_figures
+from lace.experiment.zeroshot import folder_zeroshot
 from lace.io import atomic_write_json, prepare_output_dir
 from lace.study.concept_atoms import alignment_figures, fit_dictionary, top_examples
 from lace.study.config import HeadsTraining, StudyConfig, heads_from
@@ -53,7 +53,7 @@ from lace.study.heads import (
 from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
-from lace.study.zeroshot import caption_task
+from lace.study.zeroshot import CaptionTask, caption_task
 
 MARKER = "study.json"
 
@@ -69,23 +69,6 @@ def prepare_study_folder(out: str | Path, overwrite: bool) -> Path:
     return out
 
 
-def rule_made_texts(rules: RuleNegatives, train_captions: list[str], test: SplitFeatures, config: StudyConfig):
-    """Every rule-made caption the study encodes: one negative per training caption (texts,
-    (N,) valid), the SugarCrepe-style test items, the rule-brittleness edits, and all of
-    them as one list for the text tower (a fixed order, so its cache is found again)."""
-    negative_texts, negative_valid = rule_negative_captions(rules, train_captions)
-    items = sugarcrepe_style_items(rules, test.captions, test.caption_image_index, config.items_per_kind)
-    brittle_texts = rule_brittleness_texts(rules, test, config.rule_brittleness_captions)
-    bank_texts = [t for t, ok in zip(negative_texts, negative_valid) if ok]
-    bank_texts += [item["negative_caption"] for item in items] + brittle_texts
-    return negative_texts, negative_valid, items, brittle_texts, bank_texts
-
-
-def _settings_dict(settings: HeadsTraining) -> dict:
-    return dataclasses.asdict(settings)
-
-
-# long: the stages in order, each one cached call, so that the whole study reads top to bottom
 def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     """Run (or resume) the study; write results.json, report.md and report.html into `config.out`."""
     config.validate()
@@ -93,17 +76,93 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     out = prepare_study_folder(config.out, overwrite=False)
     atomic_write_json(out / MARKER, {"study": "flickr8k", "data": str(config.data)})
     runner = StageRunner(out, log=log)
-    cache_dir = Path(config.feature_cache) if config.feature_cache else out / "features"
-    wall: dict[str, float] = {}
+    inputs = _study_inputs(config, out)  # 1. features, and the rule-made captions encoded once
+    encoder, splits, texts = inputs.encoder, inputs.splits, inputs.texts
 
-    # 1. features --------------------------------------------------------------------
+    # 2. base heads, chosen on validation ---------------------------------------------
+    base_key = stage_key(inputs.data_key, [dataclasses.asdict(s) for s in config.base_grid])
+    base = runner.run("base", base_key, lambda: _choose_base(encoder, splits, config.base_grid, out, log))
+    base_settings = HeadsTraining(**base["grid"][base["chosen"]]["settings"])
+    load_heads(encoder, out / base["checkpoint"])
+    train_images, train_texts = embed_split(encoder, splits["train"])
+    test_images, test_texts = embed_split(encoder, splits["test"])
+
+    # 4. dictionary (fitted before the geometry stage, which uses it for counterfactual brittleness)
+    dictionary_key = stage_key(base_key, config.vocabulary, config_to_dict(config.dictionary))
+    dictionary_folder = out / "models" / "dictionary"
+    dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary_stage(
+        config, (train_images, train_texts, splits["train"]), (test_images, test_texts, splits["test"]),
+        inputs.rules, dictionary_folder, log))
+    labelled = load_labelled_dictionary(dictionary_folder)
+    editor = build_editor(labelled, config.edit)
+    measure = partial(_measure, config, inputs, editor)
+
+    # 3. geometry and brittleness of the base ---------------------------------------------
+    measure_key = stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
+                            config.items_per_kind, config.neighbours, inputs.zeroshot_task.summary(),
+                            config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates)
+    base_figures = runner.run("base-geometry", measure_key, measure)
+
+    # 5. edit retrieval --------------------------------------------------------------------
+    transplants = runner.run(
+        "edit-retrieval", stage_key(dictionary_key, config.transplants, config.strengths, config.neighbours),
+        lambda: {"rows": transplant_retrieval(labelled, test_images, splits["test"], inputs.rules,
+                                              config.transplants, config.strengths, config.neighbours)})
+    edit_grids = runner.run(
+        "edit-grids", stage_key(dictionary_key, config.transplants[:1], config.strengths, config.edit),
+        lambda: _edit_grids(labelled, test_images, splits["test"], config, out / "figures"))
+
+    # 6. fine-tunes from the base, each saved as a lace-towers heads checkpoint ---------------
+    settings = heads_from(base_settings, config.finetune)
+    finetunes = _finetunes(encoder, runner, config, splits["train"], settings, out / base["checkpoint"], editor,
+                           texts.caption_negatives, measure, measure_key, out)
+    load_heads(encoder, out / base["checkpoint"])
+
+    results = {
+        "config": dataclasses.asdict(config),
+        "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
+        "throughput": inputs.throughput,
+        "bank": {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()),
+                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts)},
+        "base": base, "base_settings": dataclasses.asdict(base_settings),
+        "finetune_settings": dataclasses.asdict(settings), "base_figures": base_figures, "dictionary": dictionary,
+        "edit_retrieval": transplants, "edit_grids": edit_grids, "zeroshot_task": inputs.zeroshot_task.summary(),
+        "finetunes": finetunes, "summary": summarise(finetunes, base_figures),
+        "wall_seconds": {**inputs.wall, **runner.wall_times}, "reused_stages": runner.reused,
+        "total_seconds": time.perf_counter() - study_started,
+    }
+    atomic_write_json(out / "results.json", results)
+    write_study_report(results, out)
+    return results
+
+
+@dataclass
+class _StudyInputs:
+    """What the study's stages read: the towers, the tower features of each split (`data_key` names them), the
+    rule-made captions encoded once, the caption-derived zero-shot task with its prompts, and the wall seconds
+    of making them."""
+
+    encoder: TowersDualEncoder
+    splits: dict[str, SplitFeatures]
+    throughput: dict
+    data_key: str
+    rules: RuleNegatives
+    texts: _RuleMadeTexts
+    zeroshot_task: CaptionTask
+    zeroshot_prompts: TextFeatureBank
+    wall: dict[str, float]
+
+
+def _study_inputs(config: StudyConfig, out: Path) -> _StudyInputs:
+    """The tower features of every split (one pass, cached), then every rule-made caption and zero-shot prompt."""
+    cache_dir = Path(config.feature_cache) if config.feature_cache else out / "features"
     started = time.perf_counter()
     dataset = read_flickr8k(config.data)
     encoder = TowersDualEncoder(TowersConfig())
     splits, throughput = dataset_features(encoder, dataset, cache_dir, config.image_batch_size,
                                           config.num_workers, config.progress)
     train, test = splits["train"], splits["test"]
-    wall["features"] = time.perf_counter() - started
+    wall = {"features": time.perf_counter() - started}
     data_key = stage_key(str(config.data), {n: (len(s.image_paths), len(s.captions)) for n, s in splits.items()},
                          test.captions[:5], train.captions[:5])
     vocabulary = load_vocabulary(config.vocabulary)
@@ -113,73 +172,16 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     zeroshot_task = caption_task(vocabulary, test, config.zeroshot_min_images)
     zeroshot_prompts = TextFeatureBank(encoder, zeroshot_task.prompts(), cache_dir, progress=config.progress)
     wall["rule-made captions"] = time.perf_counter() - started
+    return _StudyInputs(encoder, splits, throughput, data_key, rules, texts, zeroshot_task, zeroshot_prompts, wall)
 
-    # 2. base heads, chosen on validation ---------------------------------------------
-    base_key = stage_key(data_key, [_settings_dict(s) for s in config.base_grid])
-    base = runner.run("base", base_key, lambda: _choose_base(encoder, splits, config.base_grid, out, log))
-    base_settings = HeadsTraining(**base["grid"][base["chosen"]]["settings"])
-    load_heads(encoder, out / base["checkpoint"])
-    train_images, train_texts = embed_split(encoder, train)
-    test_images, test_texts = embed_split(encoder, test)
 
-    # 4. dictionary (fitted before the geometry stage, which uses it for counterfactual brittleness)
-    dictionary_key = stage_key(base_key, config.vocabulary, config_to_dict(config.dictionary))
-    dictionary_folder = out / "models" / "dictionary"
-    dictionary = runner.run("dictionary", dictionary_key, lambda: _dictionary_stage(
-        config, (train_images, train_texts, train), (test_images, test_texts, test), rules, dictionary_folder, log))
-    labelled = load_labelled_dictionary(dictionary_folder)
-    editor = build_editor(labelled, config.edit)
-
-    zeroshot_config = EvalConfig(benchmarks=("zeroshot",), zeroshot_root=config.zeroshot_root,
-                                 zeroshot_classnames=config.zeroshot_classnames,
-                                 zeroshot_templates=config.zeroshot_templates)
-
-    def measure() -> dict:
-        figures = measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.edit.n_edits,
-                                config.rule_brittleness_captions, config.neighbours, zeroshot_task, zeroshot_prompts)
-        if config.zeroshot_root:  # the user's image folder, through the towers and the current heads
-            figures.update({f"zeroshot/{key}": value
-                            for key, value in zeroshot_figures(encoder, "heads", zeroshot_config).items()})
-        return figures
-
-    # 3. geometry and brittleness of the base ---------------------------------------------
-    measure_key = stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
-                            config.items_per_kind, config.neighbours, zeroshot_task.summary(), config.zeroshot_root,
-                            config.zeroshot_classnames, config.zeroshot_templates)
-    base_figures = runner.run("base-geometry", measure_key, measure)
-
-    # 5. edit retrieval --------------------------------------------------------------------
-    transplants = runner.run(
-        "edit-retrieval", stage_key(dictionary_key, config.transplants, config.strengths, config.neighbours),
-        lambda: {"rows": transplant_retrieval(labelled, test_images, test, rules, config.transplants,
-                                              config.strengths, config.neighbours)})
-
-    edit_grids = runner.run(
-        "edit-grids", stage_key(dictionary_key, config.transplants[:1], config.strengths, config.edit),
-        lambda: _edit_grids(labelled, test_images, test, config, out / "figures"))
-
-    # 6. fine-tunes from the base, each saved as a lace-towers heads checkpoint ---------------
-    settings = heads_from(base_settings, config.finetune)
-    finetunes = _finetunes(encoder, runner, config, train, settings, out / base["checkpoint"], editor,
-                           texts.caption_negatives, measure, measure_key, out)
-    load_heads(encoder, out / base["checkpoint"])
-
-    wall.update(runner.wall_times)
-    results = {
-        "config": dataclasses.asdict(config),
-        "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
-        "throughput": throughput,
-        "bank": {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()),
-                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts)},
-        "base": base, "base_settings": _settings_dict(base_settings), "finetune_settings": _settings_dict(settings),
-        "base_figures": base_figures, "dictionary": dictionary, "edit_retrieval": transplants,
-        "edit_grids": edit_grids, "zeroshot_task": zeroshot_task.summary(),
-        "finetunes": finetunes, "summary": summarise(finetunes, base_figures),
-        "wall_seconds": wall, "reused_stages": runner.reused, "total_seconds": time.perf_counter() - study_started,
-    }
-    atomic_write_json(out / "results.json", results)
-    write_study_report(results, out)
-    return results
+def _measure(config: StudyConfig, inputs: _StudyInputs, editor) -> dict:
+    """Every figure of the heads `inputs.encoder` holds now, on test; and zero-shot on the user's image folder,
+    through the towers and those heads, where one is given."""
+    figures = measure_model(inputs.encoder, inputs.splits["test"], inputs.texts.bank, inputs.rules, inputs.texts.items,
+                            editor, config.edit.n_edits, config.rule_brittleness_captions, config.neighbours,
+                            inputs.zeroshot_task, inputs.zeroshot_prompts)
+    return {**figures, **folder_zeroshot(inputs.encoder, "heads", config)}
 
 
 def _edit_grids(labelled, test_images: torch.Tensor, test: SplitFeatures, config: StudyConfig, figures: Path) -> dict:
@@ -233,9 +235,15 @@ class _RuleMadeTexts:
 
 def _rule_made_bank(encoder: TowersDualEncoder, rules: RuleNegatives, train: SplitFeatures, test: SplitFeatures,
                     config: StudyConfig, cache_dir: Path) -> _RuleMadeTexts:
-    """Encode every rule-made caption once: training negatives, SugarCrepe-style items, brittleness edits."""
-    negative_texts, negative_valid, items, brittle_texts, bank_texts = rule_made_texts(rules, train.captions, test, config)
-    bank = TextFeatureBank(encoder, bank_texts, cache_dir, progress=config.progress)
+    """Encode every rule-made caption once: one negative per training caption (where a rule applies), the
+    SugarCrepe-style test items and the rule-brittleness edits, as one list for the text tower (a fixed order, so
+    its cache is found again)."""
+    negative_texts, negative_valid = rule_negative_captions(rules, train.captions)
+    items = sugarcrepe_style_items(rules, test.captions, test.caption_image_index, config.items_per_kind)
+    brittle_texts = rule_brittleness_texts(rules, test, config.rule_brittleness_captions)
+    bank_texts = [t for t, ok in zip(negative_texts, negative_valid) if ok]
+    bank = TextFeatureBank(encoder, bank_texts + [item["negative_caption"] for item in items] + brittle_texts,
+                           cache_dir, progress=config.progress)
     bank_rows = [bank.row[t] if ok else 0 for t, ok in zip(negative_texts, negative_valid)]
     caption_negatives = CaptionNegatives(features=bank.features[bank_rows], valid=torch.from_numpy(negative_valid))
     return _RuleMadeTexts(bank, caption_negatives, negative_valid, items, brittle_texts)
@@ -252,7 +260,7 @@ def _choose_base(encoder: TowersDualEncoder, splits: dict[str, SplitFeatures], g
         images, texts = embed_split(encoder, splits["val"])
         recall = retrieval_recall(images, texts, splits["val"].caption_image_index)
         score = 0.5 * (recall["i2t/R@1"] + recall["t2i/R@1"])
-        rows.append({"settings": _settings_dict(settings), "train": summary, "val": recall, "val_mean_R@1": score})
+        rows.append({"settings": dataclasses.asdict(settings), "train": summary, "val": recall, "val_mean_R@1": score})
         log(f"  base candidate {i}: val mean R@1 {score:.3f} ({summary['seconds']:.1f}s)")
         if score > best_score:
             best, best_score = i, score
@@ -277,7 +285,7 @@ def _finetunes(encoder: TowersDualEncoder, runner: StageRunner, config: StudyCon
         return {"train": summary, "figures": measure(), "checkpoint": str(checkpoint.relative_to(out))}
 
     arms = ArmStages(runs(config.variants, range(config.seeds)), "finetune",
-                     lambda run: stage_key(measure_key, _settings_dict(settings), run.arm, run.seed), finetune)
+                     lambda run: stage_key(measure_key, dataclasses.asdict(settings), run.arm, run.seed), finetune)
     return by_arm(arms.results(run_stages(runner, arms.stages(), workers=1)))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lace.data.flickr8k import SPLITS, read_flickr8k
+from lace.data.flickr8k import read_flickr8k
 from lace.encoders.towers import (
     TokenStates,
     TowersDualEncoder,
@@ -24,7 +24,7 @@ from lace.encoders.towers import (
 )
 from lace.eval.metrics import retrieval_recall
 from lace.study.config import HeadsTraining
-from lace.study.features import SplitFeatures
+from lace.study.features import SplitFeatures, split_rows
 from lace.study.heads import fresh_heads, train_on_features
 from lace.train.data import TopPairs
 
@@ -67,15 +67,8 @@ def top_splits(data: str, cache: str, encoder: TowersDualEncoder, progress: bool
     dataset = read_flickr8k(data)
     maps = cached_image_top_features(encoder, dataset, cache, progress=progress)
     tokens = cached_text_top_features(encoder, dataset.captions, cache, progress=progress)
-    owner = np.asarray(dataset.caption_image_index, dtype=np.int64)
-    splits = {}
-    for name in SPLITS:
-        rows = np.array([i for i, record in enumerate(dataset.records) if record.split == name], dtype=np.int64)
-        local = np.full(len(dataset), -1, dtype=np.int64)
-        local[rows] = np.arange(rows.size)
-        keep = np.flatnonzero(local[owner] >= 0)
-        splits[name] = TopSplit(name, np.asarray(maps[rows]), tokens, keep, local[owner[keep]])
-    return splits
+    return {name: TopSplit(name, np.asarray(maps[rows]), tokens, keep, owner)
+            for name, (rows, keep, owner) in split_rows(dataset).items()}
 
 
 def _maps(split: TopSplit, rows) -> torch.Tensor:

@@ -39,22 +39,21 @@ from lace.encoders.towers import (
     load_towers_checkpoint,
     save_top_checkpoint,
 )
-from lace.eval.runner import EvalConfig
 from lace.experiment import claims
 from lace.experiment.parallel import run_stages
 from lace.experiment.protocol import ArmStages, Measure, Run, by_arm, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.summary import summarise_over_seeds
 from lace.experiment.variants import ROLE_NAMES, ROLES, variant_config
-from lace.experiment.zeroshot import zeroshot_figures
+from lace.experiment.zeroshot import folder_zeroshot
 from lace.io import atomic_write_json, atomic_write_text
 from lace.local.codes import LocalConceptCodes
 from lace.local.editor import group_mentions
 from lace.local.maps import MapEditor, fit_map_editor, regions_of
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
 from lace.study.config import TopsStudyConfig
-from lace.study.features import SplitFeatures, rule_negative_captions
-from lace.study.flickr8k import prepare_study_folder
+from lace.study.features import SplitFeatures, captions_by_image, rule_negative_captions
+from lace.study.flickr8k import MARKER, prepare_study_folder
 from lace.study.flickr8k_top import (
     TopSplit,
     base_images,
@@ -68,7 +67,6 @@ from lace.study.measure import item_correct, score_items, sugarcrepe_style_items
 from lace.train import TrainConfig
 from lace.train.data import TopPairs
 
-MARKER = "study.json"
 BINDING_KINDS = ("swap_att", "swap_obj")
 METRICS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj",
            "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel")
@@ -141,10 +139,8 @@ class ArmSources:
 
 
 def captions_per_image(split: TopSplit, captions: list[str]) -> list[list[str]]:
-    grouped: list[list[str]] = [[] for _ in range(len(split.image_maps))]
-    for row, owner in zip(split.caption_rows, split.caption_image_index):
-        grouped[owner].append(captions[row])
-    return grouped
+    return captions_by_image([captions[r] for r in split.caption_rows], split.caption_image_index,
+                             len(split.image_maps))
 
 
 def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocabulary, config: TopsStudyConfig,
@@ -183,26 +179,19 @@ class SplitItems:
         self.items = sugarcrepe_style_items(rules, split_captions, split.caption_image_index, config.items_per_kind)
         self.states = cached_text_top_features(top.encoder, [item["negative_caption"] for item in self.items], cache,
                                                progress=config.progress)
-        self.zeroshot = None
-        if config.zeroshot_root:
-            self.zeroshot = EvalConfig(benchmarks=("zeroshot",), zeroshot_root=config.zeroshot_root,
-                                       zeroshot_classnames=config.zeroshot_classnames,
-                                       zeroshot_templates=config.zeroshot_templates)
+        self.config = config
 
     @torch.no_grad()
     def measure(self, top: TowersTop) -> dict:
         images, texts = embed_top_split(top, self.split)
         negatives = encode_captions(top, self.states, np.arange(len(self.items)), chunk=512)
-        correct = {f"sugarcrepe_style/{kind}": right for kind, right in
-                   item_correct(images, texts, negatives, self.items).items()}
-        figures = {f"sugarcrepe_style/{kind}": value for kind, value in score_items(images, texts, negatives,
-                                                                                    self.items).items()}
-        figures = {**recall_of(images, texts, self.split), **figures,
-                   "items": {name: right.astype(int).tolist() for name, right in correct.items()}}
-        if self.zeroshot is not None:  # the user's image folder, through the whole towers and this model's tops
-            figures.update({f"zeroshot/{key}": value
-                            for key, value in zeroshot_figures(top.encoder, "tops", self.zeroshot).items()})
-        return figures
+        correct = item_correct(images, texts, negatives, self.items)  # (n_kind,) bool per kind
+        scores = score_items(images, texts, negatives, self.items)
+        # and the user's image folder, where one is given, through the whole towers and this model's tops
+        return {**recall_of(images, texts, self.split),
+                **{f"sugarcrepe_style/{kind}": value for kind, value in scores.items()},
+                "items": {f"sugarcrepe_style/{kind}": right.astype(int).tolist() for kind, right in correct.items()},
+                **folder_zeroshot(top.encoder, "tops", self.config)}
 
 
 def _dictionary_stage(runner: StageRunner, key: str, config: TopsStudyConfig, base: TowersTop, train: TopSplit,
@@ -348,15 +337,8 @@ def target_checks(runs: dict[str, list[dict]], arm: str = "LACE-local") -> list[
     per seed). Empty when either arm is missing."""
     if not runs.get(arm) or not runs.get("plain"):
         return []
-
-    def samples(variant: str, figure: str, split: str) -> list[claims.Run]:
-        found = [(figures[figure], figures.get("items", {}).get(figure)) for figures in runs.get(variant, [])
-                 if figures.get(figure) is not None]
-        return [claims.Run(float(value), None if items is None else np.asarray(items, dtype=float))
-                for value, items in found]
-
     arms = dict.fromkeys(ROLE_NAMES) | {"plain": "plain", "best": arm}
-    return [claims.check(target, arms, samples) for target in TOPS_TARGETS]
+    return [claims.check(target, arms, claims.figures_samples(runs)) for target in TOPS_TARGETS]
 
 
 __all__ = ["arm_train_config", "arms_table", "run_tops_study", "target_checks"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lace.experiment.claims import Run, check, difference
+from lace.experiment.claims import check, difference, figures_samples
 from lace.experiment.variants import ROLE_NAMES
 from lace.report import plots
 from lace.report.document import Report, Table, format_cell
@@ -324,10 +324,7 @@ def plain_statement(finetunes: dict[str, list[dict]]) -> list[str]:
     if "plain" not in finetunes:
         return ["No plain fine-tune was run, so nothing is compared."]
 
-    def samples(variant: str, figure: str, split: str) -> list[Run]:
-        return [Run(float(run["figures"][figure])) for run in finetunes.get(variant, [])
-                if run["figures"].get(figure) is not None]
-
+    samples = figures_samples({variant: [run["figures"] for run in runs] for variant, runs in finetunes.items()})
     lines = []
     for variant in [v for v in finetunes if v != "plain"]:
         arms = dict.fromkeys(ROLE_NAMES) | {"plain": "plain", "best": variant}
