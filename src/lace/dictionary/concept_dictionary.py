@@ -37,6 +37,9 @@ MODALITIES = ("image", "text")
 MODES = ("learned", "vocabulary")
 FORMAT_VERSION = 1
 DICTIONARY_FILES = ("cfg.json", "dictionary.safetensors", "quality.json")
+PARAMS = ("n_atoms", "sparsity", "mode", "method", "nonnegative", "batch_size", "n_epochs", "max_seconds",
+          "forget_rate", "resample_every", "chunk_size", "random_state")
+"""The parameters a saved dictionary records and `load` passes back to the constructor."""
 
 
 @dataclass
@@ -367,20 +370,8 @@ class ConceptDictionary:
 
     # -------------------------------------------------------------- persistence
     def get_params(self) -> dict:
-        return {
-            "n_atoms": self.n_atoms,
-            "sparsity": self.sparsity,
-            "mode": self.mode,
-            "method": self.method,
-            "nonnegative": self.nonnegative,
-            "batch_size": self.batch_size,
-            "n_epochs": self.n_epochs,
-            "max_seconds": self.max_seconds,
-            "forget_rate": self.forget_rate,
-            "resample_every": self.resample_every,
-            "chunk_size": self.chunk_size,
-            "random_state": self.random_state,
-        }
+        """The constructor's parameters as saved in cfg.json (`PARAMS`: all but the directions, device, progress)."""
+        return {name: getattr(self, name) for name in PARAMS}
 
     def save(self, directory: str | Path) -> Path:
         """Write cfg.json, dictionary.safetensors (and quality.json once measured) into `directory`."""
