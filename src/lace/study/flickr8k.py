@@ -103,14 +103,8 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
                             config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
-    # 5. edit retrieval --------------------------------------------------------------------
-    transplants = runner.run(
-        "edit-retrieval", stage_key(dictionary_key, config.transplants, config.strengths, config.neighbours),
-        lambda: {"rows": transplant_retrieval(labelled, test_images, splits["test"], inputs.rules,
-                                              config.transplants, config.strengths, config.neighbours)})
-    edit_grids = runner.run(
-        "edit-grids", stage_key(dictionary_key, config.transplants[:1], config.strengths, config.edit),
-        lambda: _edit_grids(labelled, test_images, splits["test"], config, out / "figures"))
+    # 5. edit retrieval and the edit grid --------------------------------------------------
+    transplants, edit_grids = _edit_stages(runner, dictionary_key, config, labelled, test_images, inputs, out)
 
     # 6. fine-tunes from the base, each saved as a lace-towers heads checkpoint ---------------
     settings = heads_from(base_settings, config.finetune)
@@ -182,6 +176,21 @@ def _measure(config: StudyConfig, inputs: _StudyInputs, editor) -> dict:
                             editor, config.edit.n_edits, config.rule_brittleness_captions, config.neighbours,
                             inputs.zeroshot_task, inputs.zeroshot_prompts)
     return {**figures, **folder_zeroshot(inputs.encoder, "heads", config)}
+
+
+def _edit_stages(runner: StageRunner, dictionary_key: str, config: StudyConfig, labelled, test_images: torch.Tensor,
+                 inputs: _StudyInputs, out: Path) -> tuple[dict, dict]:
+    """The edit-retrieval rows of the named transplants on the base's (N_img, d) test embeddings, and the edit grid
+    of the first, each a cached stage."""
+    test = inputs.splits["test"]
+    transplants = runner.run(
+        "edit-retrieval", stage_key(dictionary_key, config.transplants, config.strengths, config.neighbours),
+        lambda: {"rows": transplant_retrieval(labelled, test_images, test, inputs.rules, config.transplants,
+                                              config.strengths, config.neighbours)})
+    edit_grids = runner.run(
+        "edit-grids", stage_key(dictionary_key, config.transplants[:1], config.strengths, config.edit),
+        lambda: _edit_grids(labelled, test_images, test, config, out / "figures"))
+    return transplants, edit_grids
 
 
 def _edit_grids(labelled, test_images: torch.Tensor, test: SplitFeatures, config: StudyConfig, figures: Path) -> dict:
