@@ -65,7 +65,8 @@ class CounterfactualEditor:
         self.bindings = bindings
         self.tau_align = labelling.tau_align if config.tau_align is None else config.tau_align
         self.planner = EditPlanner(dictionary.atoms_.float(), labelling, directions, config, self.tau_align, bindings)
-        self.named_pair = None if config.target in TARGET_MODES else self._named_pair(config.target)
+        named = None if config.target in TARGET_MODES else parse_pair(config.target, "target")
+        self.named_pair = None if named is None else self._resolve_pair(*named)
         if not bool(self.planner.tables(torch.device("cpu"))["has_atoms"].any()):
             raise input_error(
                 "CounterfactualEditor", "tau_align", "a threshold at which some atom is aligned with a concept",
@@ -91,10 +92,6 @@ class CounterfactualEditor:
         """Atoms owned by each unit."""
         ownership_t = self.planner.tables(torch.device("cpu"))["ownership_t"]
         return [row.nonzero().squeeze(1).tolist() for row in ownership_t]
-
-    def _named_pair(self, text: str) -> tuple[int, int]:
-        source, target = parse_pair(text, "target")
-        return self._resolve_pair(source, target)
 
     @property
     def editable_concepts(self) -> list[str]:
