@@ -38,11 +38,9 @@ import torch
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_karpathy
 from lace.edits.captions import RuleNegatives
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
     item_field,
     read_json_as,
     register_benchmark,
@@ -175,11 +173,7 @@ class ARO(Benchmark):
                 choice.alternatives.append([pre_caption(p) for p in order_perturbations(caption, tagger, rng)])
         return self.usable(name, choice, [[image] for image, _ in choice.images], "cocodataset.org / Flickr30k (images)")
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, CaptionChoice], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: dict[str, CaptionChoice]) -> dict[str, float]:
         figures: dict[str, float] = {}
         for name, choice in data.items():
             true_scores, alternative_scores = choice_scores(cache, choice)  # (n,), (n, m)

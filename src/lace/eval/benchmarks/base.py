@@ -48,11 +48,16 @@ class Benchmark(ABC):
     def load(self, root: str | Path, **options: Any) -> Any:
         """Read the benchmark from its original files under `root`."""
 
-    @abstractmethod
     def evaluate(
         self, encoder: DualEncoder, data: Any, cache: EmbeddingCache | None = None, progress: bool = False
     ) -> dict[str, float]:
-        """Score `encoder` on loaded `data`: a flat {metric: value} dict."""
+        """Score `encoder` on loaded `data`: a flat {metric: value} dict (embeddings through `cache`, a fresh
+        one by default)."""
+        return self.score(cache if cache is not None else EmbeddingCache(encoder, progress=progress), data)
+
+    @abstractmethod
+    def score(self, cache: EmbeddingCache, data: Any) -> dict[str, float]:
+        """The figures of loaded `data`, its images and captions embedded through `cache`."""
 
     def missing(self, path: str | Path, what: str = "file", published_at: str | None = None) -> LaceInputError:
         """The error for a missing file: what is missing, where it was looked for, where to get it."""
@@ -109,10 +114,6 @@ def get_benchmark(name: str, missing_images: str = "error") -> Benchmark:
     if name not in BENCHMARKS:
         raise LaceInputError(f"unknown benchmark {name!r}; expected one of {sorted(BENCHMARKS)}")
     return BENCHMARKS[name](validate_policy(missing_images))
-
-
-def cache_for(encoder: DualEncoder, cache: EmbeddingCache | None, progress: bool) -> EmbeddingCache:
-    return cache if cache is not None else EmbeddingCache(encoder, progress=progress)
 
 
 def read_json_as(path: Path, kind: type, expected: str) -> Any:

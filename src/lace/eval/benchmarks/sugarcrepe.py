@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
     read_json_as,
     register_benchmark,
     text_field,
@@ -56,11 +54,7 @@ class SugarCrepe(Benchmark):
             data[name] = self.usable(name, pairs, [[path] for path in pairs.image_paths], COCO_URL)
         return data
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, PairItems], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: dict[str, PairItems]) -> dict[str, float]:
         figures, split = {}, {}
         for name, items in data.items():
             positive, negative = pair_scores(cache, items)

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
     item_field,
     read_json_as,
     register_benchmark,
@@ -66,11 +64,7 @@ class VALSE(Benchmark):
             data[path.stem] = self.usable(path.stem, pairs, [[image] for image in pairs.image_paths])
         return data
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, PairItems], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: dict[str, PairItems]) -> dict[str, float]:
         figures = {name: score_pairs(cache, pairs) for name, pairs in data.items() if pairs.captions}
         figures["mean"] = sum(figures.values()) / len(figures) if figures else float("nan")
         return figures

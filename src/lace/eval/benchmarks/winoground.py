@@ -15,9 +15,8 @@ from pathlib import Path
 
 import torch
 
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.benchmarks.base import Benchmark, register_benchmark, text_field
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import winoground_scores
 from lace.io import read_text
@@ -65,8 +64,5 @@ class Winoground(Benchmark):
             raise LaceInputError(f"{path}: no examples")
         return self.usable("examples", items, [list(pair) for pair in items.image_paths])
 
-    def evaluate(
-        self, encoder: DualEncoder, data: WinogroundItems, cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        return winoground_scores(winoground_score_tensor(cache_for(encoder, cache, progress), data))
+    def score(self, cache: EmbeddingCache, data: WinogroundItems) -> dict[str, float]:
+        return winoground_scores(winoground_score_tensor(cache, data))

@@ -18,10 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from lace.data.world.benchmarks import SWAP_FAMILIES
-from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
     read_json_as,
     register_benchmark,
     text_field,
@@ -86,15 +84,11 @@ class World(Benchmark):
         data.winoground = self.usable("winoground", data.winoground, [list(pair) for pair in data.winoground.image_paths])
         return data
 
-    def evaluate(
-        self, encoder: DualEncoder, data: WorldItems, cache: EmbeddingCache | None = None, progress: bool = False
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: WorldItems) -> dict[str, float]:
         i2t, t2i = binding_correct(cache, data)
         figures: dict[str, float] = {}
         for direction, correct in (("i2t", i2t), ("t2i", t2i)):
-            for family, value in group_accuracy(correct, data.families).items():
-                figures[f"{direction}/{family}"] = value
+            figures.update({f"{direction}/{family}": value for family, value in group_accuracy(correct, data.families).items()})
             figures[f"{direction}/all"] = float(np.mean(correct)) if len(correct) else float("nan")
             for family in sorted(set(data.families) & set(SWAP_FAMILIES)):
                 rows = [i for i, f in enumerate(data.families) if f == family]
