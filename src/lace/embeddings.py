@@ -293,8 +293,3 @@ def _merge_shards(work: Path, world_size: int, sizes: tuple[int, int, int]) -> N
         del merged
     for rank in range(world_size):
         shutil.rmtree(work / f"rank{rank:05d}")
-
-
-def describe_store(store: EmbeddingStore) -> str:
-    return json.dumps({"images": int(store.image_embeddings.shape[0]), "texts": int(store.text_embeddings.shape[0]),
-                       "dim": store.dim, "model": store.index.get("model")})

@@ -31,9 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
 
-from lace.data.dataset import ImageTextDataset
+from lace.data.dataset import ImageTextDataset, open_rgb
 from lace.encoders.towers import image_tower, onnx_runtime, text_tower
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
@@ -137,15 +136,7 @@ class _ImageFiles(torch.utils.data.Dataset):
         record = self.dataset.records[index]
         if record.tar_member is not None:
             return self.transform(self.dataset.load_image(index))
-        try:
-            with Image.open(record.image_path) as image:
-                if self.draft_size is not None:  # JPEG only; other formats ignore it
-                    image.draft("RGB", (self.draft_size, self.draft_size))
-                return self.transform(image.convert("RGB"))
-        except FileNotFoundError as error:
-            raise LaceInputError(f"{record.image_path}: image file not found (image_id {record.image_id!r})") from error
-        except (UnidentifiedImageError, OSError) as error:
-            raise LaceInputError(f"{record.image_path}: unreadable image ({error})") from error
+        return self.transform(open_rgb(record.image_path, f" (image_id {record.image_id!r})", self.draft_size))
 
 
 def compute_image_tower_features(
