@@ -25,7 +25,7 @@ from lace.eval.benchmarks.base import (
     text_field,
 )
 from lace.eval.benchmarks.pairs import same_words_split
-from lace.eval.benchmarks.winoground import WinogroundItems, winoground_score_tensor
+from lace.eval.benchmarks.winoground import WinogroundItems, add_quadruple, winoground_score_tensor
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import group_accuracy, winoground_scores
 from lace.manifest import verify
@@ -74,12 +74,7 @@ class World(Benchmark):
         wino_path = self.require_file(root / "benchmarks" / f"{split}_winoground.json", "Winoground file")
         quadruples = read_json_as(wino_path, list, "a JSON list")
         for position, item in enumerate(quadruples):
-            data.winoground.ids.append(str(item.get("id", position)) if isinstance(item, dict) else "")
-            data.winoground.image_paths.append(
-                (str(root / text_field(item, "image_0", wino_path, position)),
-                 str(root / text_field(item, "image_1", wino_path, position))))
-            data.winoground.captions.append(
-                (text_field(item, "caption_0", wino_path, position), text_field(item, "caption_1", wino_path, position)))
+            add_quadruple(data.winoground, item, wino_path, position, position, lambda image: str(root / image))
         data = self.usable("binding", data, [list(pair) for pair in zip(data.images, data.negative_images)])
         data.winoground = self.usable("winoground", data.winoground, [list(pair) for pair in data.winoground.image_paths])
         return data
