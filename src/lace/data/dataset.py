@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,11 +70,12 @@ class ImageTextDataset:
     def subset(self, indices: list[int]) -> ImageTextDataset:
         return ImageTextDataset([self.records[i] for i in indices], self.source)
 
-    def load_image(self, index: int) -> Image.Image:
-        """Open record `index`'s image as RGB, with a clear error if it is missing or unreadable."""
+    def load_image(self, index: int, draft: int | None = None) -> Image.Image:
+        """Open record `index`'s image as RGB, with a clear error if it is missing or unreadable; `draft`: as
+        `open_rgb` (image files only)."""
         record = self.records[index]
         if record.tar_member is None:
-            return open_rgb(record.image_path, f" (image_id {record.image_id!r} in {self.source})")
+            return open_rgb(record.image_path, f" (image_id {record.image_id!r} in {self.source})", draft)
         try:
             shard = self._tar_handles.get(record.image_path)
             if shard is None:  # kept open: every member of the shard is read through it
@@ -94,3 +96,19 @@ class ImageTextDataset:
         state = self.__dict__.copy()
         state["_tar_handles"] = {}
         return state
+
+
+class ImageRows:
+    """Records `rows` of a dataset (default: all) as `transform`ed images: a map-style dataset for a
+    `torch.utils.data.DataLoader`, which decodes them in its workers. `draft`: as `open_rgb`."""
+
+    def __init__(self, dataset: ImageTextDataset, transform, rows: Sequence[int] | None = None,
+                 draft: int | None = None):
+        self.dataset, self.transform, self.draft = dataset, transform, draft
+        self.rows = range(len(dataset)) if rows is None else rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int):
+        return self.transform(self.dataset.load_image(self.rows[index], self.draft))

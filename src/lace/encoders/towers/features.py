@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lace.data.dataset import ImageTextDataset, open_rgb
+from lace.data.dataset import ImageRows, ImageTextDataset
 from lace.encoders.towers import image_tower, onnx_runtime, text_tower
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
@@ -117,28 +117,6 @@ def _session(kind: str, tower: torch.nn.Module) -> onnx_runtime.TowerSession:
     return session
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """Decoded, preprocessed images of a dataset, for DataLoader workers.
-
-    `draft_size`: decode JPEGs at the smallest 1/2^k scale still >= this size on both
-    sides (Pillow's draft mode); None decodes at full size.
-    """
-
-    def __init__(self, dataset: ImageTextDataset, transform, draft_size: int | None):
-        self.dataset = dataset
-        self.transform = transform
-        self.draft_size = draft_size
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        record = self.dataset.records[index]
-        if record.tar_member is not None:
-            return self.transform(self.dataset.load_image(index))
-        return self.transform(open_rgb(record.image_path, f" (image_id {record.image_id!r})", self.draft_size))
-
-
 def compute_image_tower_features(
     encoder: TowersDualEncoder,
     dataset: ImageTextDataset,
@@ -155,7 +133,7 @@ def compute_image_tower_features(
     """
     runtime = _runtime(runtime, "image")
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE if draft else None),
+        ImageRows(dataset, encoder.preprocess, draft=image_tower.RESIZE_SIZE if draft else None),
         batch_size=batch_size, num_workers=num_workers, shuffle=False,
     )
     session = _session("image", encoder.image_tower) if runtime == "onnxruntime" and len(dataset) else None

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from numpy.lib.format import open_memmap
 
-from lace.data.dataset import ImageTextDataset
+from lace.data.dataset import ImageRows, ImageTextDataset
 from lace.encoders.towers import image_tower
-from lace.encoders.towers.features import _ImageFiles, cache_key, tower_fingerprint
+from lace.encoders.towers.features import cache_key, tower_fingerprint
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.encoders.towers.top import (
     IMAGE_CUT_SHAPE,
@@ -110,7 +110,7 @@ def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDat
     model = encoder.image_tower.model
     top = ImageTop(model).eval()
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE),
+        ImageRows(dataset, encoder.preprocess, draft=image_tower.RESIZE_SIZE),
         batch_size=batch_size, num_workers=num_workers, shuffle=False,
     )
     started, start, min_cosine = time.perf_counter(), 0, None

@@ -29,8 +29,9 @@ from lace.eval.benchmarks.base import (
     register_benchmark,
     text_field,
 )
-from lace.eval.benchmarks.pairs import PairItems, score_pairs
+from lace.eval.benchmarks.pairs import PairItems, pair_scores
 from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.metrics import pairwise_accuracy
 
 VALIDATED_VOTES = 2  # the authors' filter: mturk["caption"] >= 2 of 3 annotators
 
@@ -65,7 +66,7 @@ class VALSE(Benchmark):
         return data
 
     def score(self, cache: EmbeddingCache, data: dict[str, PairItems]) -> dict[str, float]:
-        figures = {name: score_pairs(cache, pairs) for name, pairs in data.items() if pairs.captions}
+        figures = {name: pairwise_accuracy(*pair_scores(cache, pairs)) for name, pairs in data.items() if pairs.captions}
         figures["mean"] = sum(figures.values()) / len(figures) if figures else float("nan")
         return figures
 
