@@ -42,7 +42,6 @@ from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
     item_field,
-    read_json_as,
     register_benchmark,
     text_field,
 )
@@ -145,7 +144,7 @@ class ARO(Benchmark):
     def _load_visual_genome(self, root: Path, file_name: str, name: str) -> CaptionChoice:
         path = self.require_file(root / file_name)
         image_dir = root / "images"
-        items = read_json_as(path, list, "a JSON list of items")
+        items = read_json(path, list, "a JSON list of items")
         choice = CaptionChoice()
         for position, item in enumerate(items):
             image = str(image_dir / text_field(item, "image_path", path, position))

@@ -22,7 +22,6 @@ from lace.data.images import ImageCheck, merge_checks, usable_items, validate_po
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.embedding_cache import EmbeddingCache
-from lace.io import read_json
 
 BENCHMARKS: dict[str, type[Benchmark]] = {}
 ItemsT = TypeVar("ItemsT")
@@ -114,14 +113,6 @@ def get_benchmark(name: str, missing_images: str = "error") -> Benchmark:
     if name not in BENCHMARKS:
         raise LaceInputError(f"unknown benchmark {name!r}; expected one of {sorted(BENCHMARKS)}")
     return BENCHMARKS[name](validate_policy(missing_images))
-
-
-def read_json_as(path: Path, kind: type, expected: str) -> Any:
-    """The JSON at `path`, refused unless its top level is a `kind` (dict or list) as `expected` says."""
-    value = read_json(path)
-    if not isinstance(value, kind):
-        raise LaceInputError(f"{path}: expected {expected} (got {type(value).__name__})")
-    return value
 
 
 def item_field(item: object, name: str, where: object, position: object) -> Any:

@@ -25,13 +25,13 @@ from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
     item_field,
-    read_json_as,
     register_benchmark,
     text_field,
 )
 from lace.eval.benchmarks.pairs import PairItems, pair_scores
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import pairwise_accuracy
+from lace.io import read_json
 
 VALIDATED_VOTES = 2  # the authors' filter: mturk["caption"] >= 2 of 3 annotators
 
@@ -53,7 +53,7 @@ class VALSE(Benchmark):
                                  f"the original is published at {self.published_at} (data/)")
         data = {}
         for path in files:
-            items = read_json_as(path, dict, "a JSON object of id -> item")
+            items = read_json(path, dict, "a JSON object of id -> item")
             pairs = PairItems()
             for key, item in items.items():
                 if not all_items and _caption_votes(item, path, key) < VALIDATED_VOTES:

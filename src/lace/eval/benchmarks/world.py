@@ -20,7 +20,6 @@ import numpy as np
 from lace.data.world.benchmarks import SWAP_FAMILIES
 from lace.eval.benchmarks.base import (
     Benchmark,
-    read_json_as,
     register_benchmark,
     text_field,
 )
@@ -28,6 +27,7 @@ from lace.eval.benchmarks.pairs import same_words_split
 from lace.eval.benchmarks.winoground import WinogroundItems, add_quadruple, winoground_score_tensor
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import group_accuracy, winoground_scores
+from lace.io import read_json
 from lace.manifest import verify
 
 
@@ -63,7 +63,7 @@ class World(Benchmark):
         root = Path(root)
         verify(root, (f"benchmarks/{split}.json", f"benchmarks/{split}_winoground.json"))
         path = self.require_file(root / "benchmarks" / f"{split}.json", "binding items file")
-        items = read_json_as(path, list, "a JSON list of binding items")
+        items = read_json(path, list, "a JSON list of binding items")
         data = WorldItems()
         for position, item in enumerate(items):
             data.families.append(text_field(item, "family", path, position))
@@ -72,7 +72,7 @@ class World(Benchmark):
             data.captions.append(text_field(item, "caption", path, position))
             data.negative_captions.append(text_field(item, "negative_caption", path, position))
         wino_path = self.require_file(root / "benchmarks" / f"{split}_winoground.json", "Winoground file")
-        quadruples = read_json_as(wino_path, list, "a JSON list")
+        quadruples = read_json(wino_path, list, "a JSON list")
         for position, item in enumerate(quadruples):
             add_quadruple(data.winoground, item, wino_path, position, position, lambda image: str(root / image))
         data = self.usable("binding", data, [list(pair) for pair in zip(data.images, data.negative_images)])
