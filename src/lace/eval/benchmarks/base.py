@@ -1,8 +1,8 @@
 """The contract every benchmark follows, and the registry that names them.
 
 A benchmark reads its original release format with `load(root, **options)` and scores
-an encoder with `evaluate(encoder, data, cache, progress) -> {metric: value}`. Embedding
-goes through an `EmbeddingCache`, so each image and caption is embedded once per run.
+an encoder with `evaluate(encoder, data, cache, progress) -> {metric: value}`, which hands its own
+`score(cache, data)` an `EmbeddingCache`, so each image and caption is embedded once per run.
 
 Images go through one policy (`lace.data.images`): `missing_images = "error"` stops on the first file
 that is missing or unreadable, naming it; "skip" scores the items whose images are all usable. Either way
