@@ -18,9 +18,9 @@ import json
 import numpy as np
 import torch
 
+from lace.data.dataset import ImageRows
 from lace.data.flickr8k import read_flickr8k
 from lace.encoders.towers import image_tower
-from lace.encoders.towers.features import _ImageFiles
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.encoders.towers.top import ImageTop, TextTop, image_below_top, text_below_top
 from lace.encoders.towers.top_features import cached_image_top_features, cached_text_top_features
@@ -48,7 +48,7 @@ def main() -> None:
     caption_rows = np.sort(rng.choice(len(dataset.captions), args.n, replace=False))
     image_top, text_top = ImageTop(encoder.image_tower.model), TextTop(encoder.text_tower.model)
     with torch.inference_mode():
-        files = _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE)  # decoded as the cache was
+        files = ImageRows(dataset, encoder.preprocess, draft=image_tower.RESIZE_SIZE)  # decoded as the cache was
         pixels = torch.stack([files[int(i)] for i in image_rows])
         maps32 = image_below_top(encoder.image_tower.model, pixels.contiguous(memory_format=torch.channels_last))
         maps16 = torch.from_numpy(np.asarray(maps[image_rows], dtype=np.float32))

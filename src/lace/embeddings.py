@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from lace.data.dataset import ImageTextDataset
+from lace.data.dataset import ImageRows, ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.io import atomic_dir, atomic_write_json, open_npy, read_json, replace_dir
@@ -98,17 +98,6 @@ def write_store(
     return EmbeddingStore.open(path)
 
 
-class _ImageFolderView(Dataset):
-    def __init__(self, dataset: ImageTextDataset, indices: range, transform):
-        self.dataset, self.indices, self.transform = dataset, indices, transform
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.transform(self.dataset.load_image(self.indices[i]))
-
-
 def _shard(n: int, rank: int, world_size: int) -> range:
     return range(n * rank // world_size, n * (rank + 1) // world_size)
 
@@ -121,7 +110,7 @@ def embed_images(
     """Embed the images of `dataset` (rows `indices`, default all) into `out` (len(indices), d)."""
     indices = indices if indices is not None else range(len(dataset))
     out = out if out is not None else np.empty((len(indices), encoder.embed_dim), dtype=np.float32)
-    loader = DataLoader(_ImageFolderView(dataset, indices, encoder.preprocess), batch_size=batch_size,
+    loader = DataLoader(ImageRows(dataset, encoder.preprocess, indices), batch_size=batch_size,
                         num_workers=num_workers)
     row = 0
     encoder.eval()
@@ -293,8 +282,3 @@ def _merge_shards(work: Path, world_size: int, sizes: tuple[int, int, int]) -> N
         del merged
     for rank in range(world_size):
         shutil.rmtree(work / f"rank{rank:05d}")
-
-
-def describe_store(store: EmbeddingStore) -> str:
-    return json.dumps({"images": int(store.image_embeddings.shape[0]), "texts": int(store.text_embeddings.shape[0]),
-                       "dim": store.dim, "model": store.index.get("model")})

@@ -112,10 +112,11 @@ def read_text(path: str | os.PathLike) -> str:
 JSON_KINDS = {dict: "a JSON object", list: "a JSON list"}
 
 
-def read_json(path: str | os.PathLike, expected: type | None = None) -> object:
+def read_json(path: str | os.PathLike, expected: type | None = None, what: str | None = None) -> object:
     """Read JSON, turning a missing, damaged or malformed file into a `LaceInputError` naming it.
 
-    expected: `dict` or `list` to refuse JSON of another shape (a damaged file that still parses).
+    expected: `dict` or `list` to refuse JSON of another shape (a damaged file that still parses); `what`
+    says what the file should hold in that error (default: a JSON object, a JSON list).
     """
     path = Path(path)
     text = read_text(path)
@@ -126,7 +127,7 @@ def read_json(path: str | os.PathLike, expected: type | None = None) -> object:
     except RecursionError as error:  # nesting deeper than the interpreter's stack
         raise LaceInputError(f"{path}: not valid JSON (nested too deeply)") from error
     if expected is not None and not isinstance(value, expected):
-        raise LaceInputError(f"{path}: expected {JSON_KINDS.get(expected, expected.__name__)}, "
+        raise LaceInputError(f"{path}: expected {what or JSON_KINDS.get(expected, expected.__name__)}, "
                              f"got {type(value).__name__}")
     return value
 

@@ -57,8 +57,11 @@ def _targets(n_rows: int, row_offset: int, device: torch.device) -> Tensor:
     return torch.arange(row_offset, row_offset + n_rows, device=device)
 
 
-def _check_shapes(U: Tensor, V: Tensor, logit_scale: Tensor, gallery_images: Tensor, gallery_texts: Tensor,
-                  row_offset: int, false_negatives: Tensor | None) -> None:
+def _galleries(U: Tensor, V: Tensor, logit_scale: Tensor, gallery_images: Tensor | None,
+               gallery_texts: Tensor | None, row_offset: int, false_negatives: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The (G, d) image and text galleries (default: U and V themselves), checked with the other arguments."""
+    gallery_images = U if gallery_images is None else gallery_images
+    gallery_texts = V if gallery_texts is None else gallery_texts
     if U.ndim != 2 or U.shape[0] < 1:
         raise input_error("contrastive loss", "U", "(B, d) image embeddings with B >= 1", tuple(U.shape))
     if V.shape != U.shape:
@@ -76,6 +79,7 @@ def _check_shapes(U: Tensor, V: Tensor, logit_scale: Tensor, gallery_images: Ten
                                         or gallery_images.shape[0] != gallery_texts.shape[0]):
         raise input_error("contrastive loss", "false_negatives", f"a (B, G) = ({U.shape[0]}, "
                           f"{gallery_texts.shape[0]}) bool mask", tuple(false_negatives.shape))
+    return gallery_images, gallery_texts
 
 
 def duplicate_pairs(image_keys: Tensor, caption_keys: Tensor, gallery_image_keys: Tensor | None = None,
@@ -185,9 +189,8 @@ def lace_loss(
     Returns:
         scalar loss.
     """
-    gallery_images = U if gallery_images is None else gallery_images
-    gallery_texts = V if gallery_texts is None else gallery_texts
-    _check_shapes(U, V, logit_scale, gallery_images, gallery_texts, row_offset, false_negatives)
+    gallery_images, gallery_texts = _galleries(U, V, logit_scale, gallery_images, gallery_texts, row_offset,
+                                               false_negatives)
     targets = _targets(U.shape[0], row_offset, U.device)
     if false_negatives is not None:  # a row's own pair is its target, never a false negative
         false_negatives = false_negatives.to(torch.bool).clone()
@@ -263,9 +266,8 @@ def sigmoid_loss(
     Returns:
         scalar loss.
     """
-    gallery_images = U if gallery_images is None else gallery_images
-    gallery_texts = V if gallery_texts is None else gallery_texts
-    _check_shapes(U, V, logit_scale, gallery_images, gallery_texts, row_offset, false_negatives)
+    gallery_images, gallery_texts = _galleries(U, V, logit_scale, gallery_images, gallery_texts, row_offset,
+                                               false_negatives)
     if torch.as_tensor(logit_bias).numel() != 1:
         raise input_error("sigmoid loss", "logit_bias", "a scalar", tuple(torch.as_tensor(logit_bias).shape))
     n_rows, rows = U.shape[0], torch.arange(U.shape[0], device=U.device)
@@ -344,21 +346,35 @@ def pair_loss(
     own = valid.nonzero().squeeze(1)  # (N_valid,)
     if not len(own):
         return (images.sum() + captions.sum()) * 0.0
-    targets = own + row_offset
-    edited, described, real = images[own], captions[own], originals[own]
-    hard = logit_scale * (edited * real).sum(-1, keepdim=True)  # (N_valid, 1)
+    edited, described = images[own], captions[own]
+    hard = logit_scale * (edited * originals[own]).sum(-1, keepdim=True)  # (N_valid, 1)
     hard_image = None if real_images is None else logit_scale * (described * real_images[own]).sum(-1, keepdim=True)
     to_texts = logit_scale * edited @ gallery_texts.T  # (N_valid, G)
     if logit_bias is not None:
-        total = (_signed_terms(to_texts + logit_bias, targets, gallery_valid[None]).sum()
-                 - F.logsigmoid(-(hard + logit_bias)).sum())
-        if hard_image is not None:
-            total = total - F.logsigmoid(-(hard_image + logit_bias)).sum()
-        return total / rows
+        return _pair_sigmoid_terms(to_texts, hard, hard_image, own + row_offset, gallery_valid, logit_bias) / rows
+    to_images = logit_scale * described @ gallery_images.T  # (N_valid, G)
+    return _pair_softmax_terms(to_texts, to_images, hard, hard_image, own + row_offset, gallery_valid) / rows
+
+
+def _pair_sigmoid_terms(to_texts: Tensor, hard: Tensor, hard_image: Tensor | None, targets: Tensor,
+                        gallery_valid: Tensor, logit_bias: Tensor) -> Tensor:
+    """`pair_loss`'s sigmoid sum from the (N_valid, G) edited-image logits, the (N_valid, 1) hard negatives
+    (and those of the real images, or None), each row's target column and the (G,) valid columns."""
+    total = (_signed_terms(to_texts + logit_bias, targets, gallery_valid[None]).sum()
+             - F.logsigmoid(-(hard + logit_bias)).sum())
+    if hard_image is not None:
+        total = total - F.logsigmoid(-(hard_image + logit_bias)).sum()
+    return total
+
+
+def _pair_softmax_terms(to_texts: Tensor, to_images: Tensor, hard: Tensor, hard_image: Tensor | None,
+                        targets: Tensor, gallery_valid: Tensor) -> Tensor:
+    """`pair_loss`'s softmax sum `0.5 * (CE_i2t + CE_t2i)` from the (N_valid, G) logits both ways, as
+    `_pair_sigmoid_terms` takes them."""
     to_texts = to_texts.masked_fill(~gallery_valid[None], float("-inf"))
-    to_images = (logit_scale * described @ gallery_images.T).masked_fill(~gallery_valid[None], float("-inf"))
+    to_images = to_images.masked_fill(~gallery_valid[None], float("-inf"))
     if hard_image is not None:
         to_images = torch.cat([to_images, hard_image], dim=1)
     image_to_text = F.cross_entropy(torch.cat([to_texts, hard], dim=1), targets, reduction="sum")
     text_to_image = F.cross_entropy(to_images, targets, reduction="sum")
-    return 0.5 * (image_to_text + text_to_image) / rows
+    return 0.5 * (image_to_text + text_to_image)

@@ -167,11 +167,6 @@ def verification_enabled() -> bool:
     return _state["verify"]
 
 
-def set_verification(enabled: bool) -> None:
-    """Check manifests on load (the default), or not (`--no-verify`), for the rest of this process."""
-    _state["verify"] = bool(enabled)
-
-
 @contextmanager
 def verification(enabled: bool) -> Iterator[None]:
     """Within the block, check manifests on load or not; restored afterwards."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.stats import rankdata
 from torch import Tensor
 
 PREFERENCES = ("real_image_prefers_its_caption", "edited_image_prefers_edited_caption",
@@ -59,16 +60,7 @@ def rank_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     positives, negatives = int(labels.sum()), int((~labels).sum())
     if not positives or not negatives:
         raise ValueError("labels: expected both classes")
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    sorted_scores = scores[order]
-    start = 0
-    while start < len(scores):  # mean rank over each run of tied scores
-        end = start
-        while end + 1 < len(scores) and sorted_scores[end + 1] == sorted_scores[start]:
-            end += 1
-        ranks[order[start:end + 1]] = 0.5 * (start + end) + 1
-        start = end + 1
+    ranks = rankdata(scores)  # 1-based, the mean rank over each run of tied scores
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 

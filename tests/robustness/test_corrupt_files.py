@@ -20,7 +20,7 @@ from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
 from lace.data.world.folder import read_scenes, read_world_config
 from lace.embeddings import EmbeddingStore
-from lace.encoders.towers.features import _load_cached
+from lace.encoders.towers.features import _cached
 from lace.encoders.towers.top_features import _load
 from lace.errors import LaceInputError
 from lace.eval.benchmarks import get_benchmark
@@ -82,7 +82,8 @@ CASES = {
     "store images": ("store", "image_embeddings.npy", EmbeddingStore.open),
     "store texts": ("store", "text_embeddings.npy", EmbeddingStore.open),
     "store index": ("store", "index.json", EmbeddingStore.open),
-    "tower features": ("towers", "image-tower-key.npy", lambda f: _load_cached(f / "image-tower-key.npy", 6, 1280)),
+    "tower features": ("towers", "image-tower-key.npy", lambda f: _cached(f / "image-tower-key.npy", 6, 1280, compute=None,
+                                                                      description={})),
     "tower-top offsets": ("towers", "text-top-key-offsets.npy",
                           lambda f: _load(f / "text-top-key-offsets.npy", 7, "token offsets")),
     "world captions": ("world", "annotations/captions_train_coco.json",

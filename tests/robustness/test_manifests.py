@@ -17,7 +17,7 @@ from lace.concepts.labelled import load_labelled_dictionary
 from lace.data import read_dataset
 from lace.data.world.folder import read_scenes, read_world_config
 from lace.embeddings import EmbeddingStore
-from lace.encoders.towers.features import _load_cached, _save_array
+from lace.encoders.towers.features import _cached, _save_array
 from lace.encoders.towers.top_features import _load, _write_description, offsets_path
 from lace.errors import LaceInputError
 from lace.experiment.stages import StageRunner
@@ -75,7 +75,7 @@ CASES = {
                               load_labelled_dictionary),
     "embedding store": ("store", "image_embeddings.npy", flip_float_bit, EmbeddingStore.open),
     "tower feature cache": ("towers", "image-tower-key.npy", flip_float_bit,
-                            lambda f: _load_cached(f / "image-tower-key.npy", 6, 1280)),
+                            lambda f: _cached(f / "image-tower-key.npy", 6, 1280, compute=None, description={})),
     "tower-top image maps": ("towers", "image-top-key.npy", lambda p: flip_float_bit(p, 2),
                              lambda f: _load(f / "image-top-key.npy", 6, "image maps")),
     "tower-top token states": ("towers", "text-top-key.npy", lambda p: flip_float_bit(p, 2),

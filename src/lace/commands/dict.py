@@ -107,42 +107,61 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    import numpy as np
-    import torch
-
     from lace.concepts.labelled import load_labelled_dictionary
-    from lace.edits import build_editor, parse_edit
     from lace.edits.build import check_store_dimension
     from lace.embeddings import EmbeddingStore
-    from lace.report.plots import atom_bars
 
     labelled = load_labelled_dictionary(args.dict)
     edit_config = config_from_args(EditConfig, args, prefix="edit.")
-    dictionary, directions, labelling = labelled.dictionary, labelled.directions, labelled.labelling
-    names = directions.names
-    usage = None
     store = EmbeddingStore.open(args.embeddings) if args.embeddings else None
     if store is not None:
         check_store_dimension(labelled, args.dict, store.dim, args.embeddings)
-        # usage: share of embeddings (up to 10k per modality, evenly spaced) with the atom active
-        active = []
-        for modality, table in (("image", store.image_embeddings), ("text", store.text_embeddings)):
-            rows = np.unique(np.linspace(0, table.shape[0] - 1, min(10000, table.shape[0])).astype(int))
-            active.append(dictionary.transform(np.asarray(table[rows]), modality, dense=True) > 0)
-        usage = torch.cat(active).float().mean(0)
-    order = torch.argsort(usage, descending=True) if usage is not None else torch.arange(labelling.atom_concept.shape[0])
-    print(f"{'atom':>6}  {'label':<20}{'kind':<11}{'align':>7}{'aligned':>9}" + (f"{'usage':>8}" if usage is not None else ""))
-    for k in order[: args.top].tolist():
-        concept = int(labelling.atom_concept[k])
-        line = (f"{k:>6}  {names[concept]:<20}{directions.groups[concept]:<11}{float(labelling.atom_alignment[k]):>7.3f}"
-                f"{'yes' if bool(labelling.aligned()[k]) else 'no':>9}")
-        if usage is not None:
-            line += f"{float(usage[k]):>8.3f}"
-        print(line)
+    _print_atoms(labelled, _atom_usage(labelled.dictionary, store) if store is not None else None, args.top)
     if args.index is None:
         return 0
     if store is None:
         raise input_error("--index", None, "--embeddings to pick the embedding from")
+    _show_embedding(args, labelled, store, edit_config)
+    return 0
+
+
+def _atom_usage(dictionary, store):
+    """(K,) share of the store's embeddings (up to 10k per modality, evenly spaced) with each atom active."""
+    import numpy as np
+    import torch
+
+    active = []
+    for modality, table in (("image", store.image_embeddings), ("text", store.text_embeddings)):
+        rows = np.unique(np.linspace(0, table.shape[0] - 1, min(10000, table.shape[0])).astype(int))
+        active.append(dictionary.transform(np.asarray(table[rows]), modality, dense=True) > 0)
+    return torch.cat(active).float().mean(0)
+
+
+def _print_atoms(labelled, usage, top: int) -> None:
+    """The `top` atoms (most used first when `usage` is known): label, kind, alignment, aligned, usage."""
+    import torch
+
+    directions, labelling = labelled.directions, labelled.labelling
+    order = torch.argsort(usage, descending=True) if usage is not None else torch.arange(labelling.atom_concept.shape[0])
+    print(f"{'atom':>6}  {'label':<20}{'kind':<11}{'align':>7}{'aligned':>9}" + (f"{'usage':>8}" if usage is not None else ""))
+    for k in order[:top].tolist():
+        concept = int(labelling.atom_concept[k])
+        line = (f"{k:>6}  {directions.names[concept]:<20}{directions.groups[concept]:<11}"
+                f"{float(labelling.atom_alignment[k]):>7.3f}{'yes' if bool(labelling.aligned()[k]) else 'no':>9}")
+        if usage is not None:
+            line += f"{float(usage[k]):>8.3f}"
+        print(line)
+
+
+def _show_embedding(args: argparse.Namespace, labelled, store, edit_config: EditConfig) -> None:
+    """The active atoms of row `--index` of the store, before and after `--edit`; `--png` draws them."""
+    import numpy as np
+    import torch
+
+    from lace.edits import build_editor, parse_edit
+    from lace.report.plots import atom_bars
+
+    dictionary, names, labelling = labelled.dictionary, labelled.directions.names, labelled.labelling
     table = store.image_embeddings if args.modality == "image" else store.text_embeddings
     if not 0 <= args.index < table.shape[0]:
         raise input_error("--index", None, f"a row in 0..{table.shape[0] - 1}", args.index)
@@ -169,4 +188,3 @@ def run_inspect(args: argparse.Namespace) -> int:
         atom_bars(panels, [names[int(c)] for c in labelling.atom_concept.tolist()], args.png,
                   title=f"{args.modality} {args.index}")
         print(f"wrote {args.png}")
-    return 0

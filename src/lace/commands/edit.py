@@ -8,9 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lace.concepts.directions import mention_matrix
 from lace.concepts.labelled import load_labelled_dictionary
-from lace.concepts.vocabulary import Concept, Vocabulary
 from lace.config import add_config_arguments, config_from_args
 from lace.edits import EditConfig, build_editor, parse_edit
 from lace.edits.build import check_store_dimension
@@ -18,6 +16,7 @@ from lace.embeddings import EmbeddingStore
 from lace.errors import LaceInputError, input_error
 from lace.eval.neighbours import topk_neighbours
 from lace.io import removed_on_failure
+from lace.report.edit_grid import images_naming
 
 
 def add_parser(subparsers) -> None:
@@ -72,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"edit {args.edit} on image {args.image}: step |(a'-a)D| = {record['step_size']:.3f}, "
           f"effect check {'passed' if record['passed_check'] else 'FAILED'}")
     concept = labelled.directions.names[labelled.directions.index(spec.target or spec.source)]
-    mention = _mentions(store.captions, concept, labelled.directions.kinds[labelled.directions.index(concept)])
+    kind = labelled.directions.kinds[labelled.directions.index(concept)]
+    mention = images_naming(store.captions, range(len(store.captions)), len(store.captions), concept, kind)
     queries = torch.cat([z, edited.embeddings[:, 0].detach(), control.embeddings[:, 0].detach()])
     neighbours = topk_neighbours(queries, np.array(store.text_embeddings, dtype=np.float32), args.k).indices
     for title, rows in zip(("before", "after edit", "after random edit of the same size"), neighbours.tolist()):
@@ -95,14 +95,6 @@ def _nothing_to_edit(edit: str, spec, image: int, record: dict) -> str:
     need = "the source present" + (" and the target absent" if spec.kind == "transplant" else "")
     return (f"edit {edit} finds nothing to edit on image {image}: {found}; the edit needs {need}. Pick an image "
             f"whose captions name '{spec.source}', or another edit")
-
-
-def _mentions(captions: list[str], concept: str, kind: str) -> np.ndarray:
-    vocabulary = Vocabulary("edit", [Concept(concept, kind, kind)])
-    rows, _ = mention_matrix(vocabulary, captions)
-    flags = np.zeros(len(captions), dtype=bool)
-    flags[rows] = True
-    return flags
 
 
 def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> int:

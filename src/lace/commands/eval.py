@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from lace.commands.common import add_model_arguments, add_progress_argument
+from lace.commands.common import add_model_arguments, add_output_arguments, add_progress_argument
 from lace.config import add_config_arguments, config_from_args
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
@@ -35,8 +35,7 @@ def add_parser(subparsers) -> None:
                              "more (default: a few chosen among same-type concepts the captions mention)")
     parser.add_argument("--skip-missing", dest="missing_images", action="store_const", const="skip",
                         help="score the items whose images exist and can be read (same as --missing-images skip)")
-    parser.add_argument("--out", required=True, help="results JSON file to write")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    add_output_arguments(parser, "results JSON file to write")
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 

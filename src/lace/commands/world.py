@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from lace.commands.common import add_progress_argument
+from lace.commands.common import add_output_arguments, add_progress_argument
 from lace.config import add_config_arguments, config_from_args
 from lace.data.world import WorldConfig, generate_world, preview_grid
 
-EXPLICIT_FIELDS = ("n_images", "seed", "image_size", "objects_per_scene", "webdataset")
+SHORT_FLAGS = {"n_images": ("--n",), "image_size": ("--size",), "objects_per_scene": ("--objects",)}
+"""The WorldConfig fields `lace world` names shorter than their field names."""
 
 
 def add_parser(subparsers) -> None:
@@ -23,46 +24,11 @@ def add_parser(subparsers) -> None:
             "images. Output is byte-identical for a seed."
         ),
     )
-    parser.add_argument("--out", required=True, help="world folder to write")
-    parser.add_argument(
-        "--n",
-        dest="n_images",
-        type=int,
-        default=None,
-        help="total images over all splits (default: 20000)",
-    )
-    parser.add_argument("--seed", type=int, default=None, help="world seed (default: 0)")
-    parser.add_argument(
-        "--size",
-        dest="image_size",
-        type=int,
-        default=None,
-        help="canvas side in pixels (default: 64)",
-    )
-    parser.add_argument(
-        "--objects",
-        dest="objects_per_scene",
-        type=int,
-        default=None,
-        help="objects per scene, 1 to 4 (default: 2)",
-    )
-    parser.add_argument(
-        "--webdataset",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also write webdataset shards shards/<split>-%%06d.tar",
-    )
-    parser.add_argument(
-        "--preview", action="store_true", help="write preview.png: sample images with captions"
-    )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace a non-empty output folder"
-    )
-    parser.add_argument(
-        "--config", default=None, help="YAML file of WorldConfig fields (flags override it)"
-    )
+    add_output_arguments(parser, "world folder to write")
+    parser.add_argument("--preview", action="store_true", help="write preview.png: sample images with captions")
+    parser.add_argument("--config", default=None, help="YAML file of WorldConfig fields (flags override it)")
     add_progress_argument(parser)
-    add_config_arguments(parser, WorldConfig, skip=EXPLICIT_FIELDS)
+    add_config_arguments(parser, WorldConfig, flags=SHORT_FLAGS)
     parser.set_defaults(func=run)
 
 

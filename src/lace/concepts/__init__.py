@@ -17,18 +17,5 @@ _EXPORTS = {
     "load_bindings": "lace.concepts.bindings",
     "load_vocabulary": "lace.concepts.vocabulary",
 }
-__all__ = [
-    "AtomLabelling",
-    "BindingDirections",
-    "Concept",
-    "ConceptDirections",
-    "Vocabulary",
-    "binding_directions",
-    "calibrate_tau_align",
-    "directions_from_captions",
-    "directions_from_templates",
-    "label_atoms",
-    "load_bindings",
-    "load_vocabulary",
-]
+__all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -105,10 +106,6 @@ class ConceptDirections:
                                  f"concept_directions.safetensors ({error!r})") from error
 
 
-def _normalise(rows: Tensor) -> Tensor:
-    return rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-
-
 def directions_from_templates(
     vocabulary: Vocabulary,
     encode_texts: Callable[[list[str]], Tensor],
@@ -129,7 +126,7 @@ def directions_from_templates(
         raise input_error("encode_texts", "output", f"({len(prompts)}, {mean_text.shape[0]}) embeddings", tuple(embeddings.shape))
     sums = torch.zeros(len(vocabulary), embeddings.shape[1]).index_add_(0, torch.tensor(owners), embeddings)
     counts = torch.bincount(torch.tensor(owners), minlength=len(vocabulary)).unsqueeze(1)
-    directions = _normalise(sums / counts - mean_text.float().cpu())
+    directions = F.normalize(sums / counts - mean_text.float().cpu(), dim=-1)
     return ConceptDirections(
         vocabulary.names, [c.kind for c in vocabulary.concepts], [c.group for c in vocabulary.concepts],
         directions, source="templates",
@@ -214,7 +211,7 @@ def directions_from_captions(
     count_tensor = torch.from_numpy(counts[keep]).double().unsqueeze(1)
     with_mention = sums[keep_tensor] / count_tensor
     without_mention = (total - sums[keep_tensor]) / (rows.n_rows - count_tensor)
-    directions = _normalise((with_mention - without_mention).float())
+    directions = F.normalize((with_mention - without_mention).float(), dim=-1)
     concepts = [vocabulary.concepts[i] for i in keep]
     return ConceptDirections(
         [c.name for c in concepts], [c.kind for c in concepts], [c.group for c in concepts],

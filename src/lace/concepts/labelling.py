@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -123,7 +124,7 @@ def editable_concepts(weights: Tensor, tau_use: float = DEFAULT_TAU_USE) -> Tens
 
 def best_alignment(atoms: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
     """For atoms (K, d) and unit directions (C, d): best concept (K,) long and its cosine (K,)."""
-    cosine = (atoms / atoms.norm(dim=1, keepdim=True).clamp_min(1e-12)) @ directions.T  # (K, C)
+    cosine = F.normalize(atoms, dim=1) @ directions.T  # (K, C)
     alignment, concept = cosine.max(dim=1)
     return concept, alignment
 
@@ -151,8 +152,7 @@ def calibrate_tau_align(
     best = []
     for _ in range(n_trials):
         weights = torch.randn(n_concepts, data.shape[0], generator=generator) / data.shape[0] ** 0.5
-        random_directions = weights @ data  # (C, d), covariance proportional to the data's
-        random_directions = random_directions / random_directions.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        random_directions = F.normalize(weights @ data, dim=1)  # (C, d), covariance proportional to the data's
         best.append(best_alignment(atoms.float().cpu(), random_directions)[1])
     return float(torch.quantile(torch.cat(best), quantile))
 

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
 from lace.errors import LaceInputError
+
+
+def open_rgb(path: str | Path, context: str = "", draft: int | None = None) -> Image.Image:
+    """The image file at `path` as RGB; a missing one (`context` said after its path) or an unreadable one is a
+    `LaceInputError` naming it. `draft`: let a JPEG decode at its smallest 1/2^k scale still >= this size on
+    both sides (Pillow's draft mode; other formats ignore it)."""
+    if not Path(path).is_file():
+        raise LaceInputError(f"{path}: image file not found{context}")
+    try:
+        with Image.open(path) as image:
+            if draft is not None:
+                image.draft("RGB", (draft, draft))
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError) as error:
+        raise LaceInputError(f"{path}: unreadable image ({error})") from error
 
 
 @dataclass(frozen=True)
@@ -54,17 +70,13 @@ class ImageTextDataset:
     def subset(self, indices: list[int]) -> ImageTextDataset:
         return ImageTextDataset([self.records[i] for i in indices], self.source)
 
-    def load_image(self, index: int) -> Image.Image:
-        """Open record `index`'s image as RGB, with a clear error if it is missing or unreadable."""
+    def load_image(self, index: int, draft: int | None = None) -> Image.Image:
+        """Open record `index`'s image as RGB, with a clear error if it is missing or unreadable; `draft`: as
+        `open_rgb` (image files only)."""
         record = self.records[index]
+        if record.tar_member is None:
+            return open_rgb(record.image_path, f" (image_id {record.image_id!r} in {self.source})", draft)
         try:
-            if record.tar_member is None:
-                if not record.image_path.is_file():
-                    raise LaceInputError(
-                        f"{record.image_path}: image file not found (image_id {record.image_id!r} in {self.source})"
-                    )
-                with Image.open(record.image_path) as image:
-                    return image.convert("RGB")
             shard = self._tar_handles.get(record.image_path)
             if shard is None:  # kept open: every member of the shard is read through it
                 shard = self._tar_handles[record.image_path] = tarfile.open(record.image_path)  # noqa: SIM115
@@ -74,8 +86,7 @@ class ImageTextDataset:
             with Image.open(io.BytesIO(data.read())) as image:
                 return image.convert("RGB")
         except (UnidentifiedImageError, OSError) as error:
-            where = record.image_path if record.tar_member is None else f"{record.image_path}:{record.tar_member}"
-            raise LaceInputError(f"{where}: unreadable image ({error})") from error
+            raise LaceInputError(f"{record.image_path}:{record.tar_member}: unreadable image ({error})") from error
 
     def missing_images(self) -> list[int]:
         """Indices of records whose image file does not exist (tar members are not checked)."""
@@ -85,3 +96,19 @@ class ImageTextDataset:
         state = self.__dict__.copy()
         state["_tar_handles"] = {}
         return state
+
+
+class ImageRows:
+    """Records `rows` of a dataset (default: all) as `transform`ed images: a map-style dataset for a
+    `torch.utils.data.DataLoader`, which decodes them in its workers. `draft`: as `open_rgb`."""
+
+    def __init__(self, dataset: ImageTextDataset, transform, rows: Sequence[int] | None = None,
+                 draft: int | None = None):
+        self.dataset, self.transform, self.draft = dataset, transform, draft
+        self.rows = range(len(dataset)) if rows is None else rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int):
+        return self.transform(self.dataset.load_image(self.rows[index], self.draft))

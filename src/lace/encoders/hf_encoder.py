@@ -12,6 +12,7 @@ from lace.errors import LaceInputError
 from lace.progress import dependency_bars, shows_bars
 
 HF_PREFIX = "hf-clip:"
+HF_SIGLIP_PREFIX = "hf-siglip:"
 
 
 def _features(output) -> torch.Tensor:
@@ -19,28 +20,25 @@ def _features(output) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.pooler_output
 
 
+def _transform(steps: list, mean, std) -> transforms.Compose:
+    """`steps` on a PIL image, then its (3, H, W) float tensor normalised by `mean` and `std`."""
+    return transforms.Compose([*steps, transforms.ToTensor(), transforms.Normalize(mean=mean, std=std)])
+
+
+def _to_rgb() -> transforms.Lambda:
+    return transforms.Lambda(lambda image: image.convert("RGB"))
+
+
 class HuggingFaceClipEncoder(DualEncoder):
     """Wraps `transformers.CLIPModel` and its tokenizer; `self.model` is the trainable module."""
 
-    def __init__(self, model, tokenizer, name: str, image_size: int, mean, std):
+    def __init__(self, model, tokenizer, name: str, preprocess, preprocess_train):
         super().__init__()
         self.model = model
         self.name = name
         self._tokenizer = tokenizer
-        normalize = transforms.Normalize(mean=mean, std=std)
-        self.preprocess = transforms.Compose([
-            transforms.Resize(image_size, interpolation=transforms.InterpolationMode.BICUBIC),
-            transforms.CenterCrop(image_size),
-            transforms.Lambda(lambda image: image.convert("RGB")),
-            transforms.ToTensor(),
-            normalize,
-        ])
-        self.preprocess_train = transforms.Compose([
-            transforms.RandomResizedCrop(image_size, scale=(0.9, 1.0)),
-            transforms.Lambda(lambda image: image.convert("RGB")),
-            transforms.ToTensor(),
-            normalize,
-        ])
+        self.preprocess = preprocess
+        self.preprocess_train = preprocess_train
 
     @property
     def embed_dim(self) -> int:
@@ -52,7 +50,7 @@ class HuggingFaceClipEncoder(DualEncoder):
 
     def tokenize(self, texts: list[str]) -> torch.Tensor:
         # CLIP's text tower is causal and pools at the end-of-text token, so padding after it
-        # needs no attention mask.
+        # needs no attention mask (SigLIP pads to its full context: see its class).
         batch = self._tokenizer(
             texts, padding="max_length", truncation=True,
             max_length=self.model.config.text_config.max_position_embeddings, return_tensors="pt",
@@ -67,6 +65,25 @@ class HuggingFaceClipEncoder(DualEncoder):
 
     def export_state_dict(self) -> dict[str, torch.Tensor]:
         return {key: value.detach().clone() for key, value in self.model.state_dict().items()}
+
+
+class HuggingFaceSiglipEncoder(HuggingFaceClipEncoder):
+    """Wraps `transformers.SiglipModel` and its tokenizer; `self.model` is the trainable module.
+
+    SigLIP's text tower attends to every position and pools the last one, and was trained on captions
+    padded to its full context (`max_position_embeddings`, 64) without an attention mask: `tokenize` pads
+    every caption to that length (the processor's `padding="max_length"`), so a caption's embedding does
+    not depend on the others in its batch. Images are resized to the square input, without a crop, as
+    `SiglipImageProcessor` does.
+    """
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.model.config.vision_config.hidden_size)
+
+    @property
+    def logit_bias(self) -> torch.nn.Parameter:
+        return self.model.logit_bias
 
 
 def _model_source(source: str, prefix: str) -> str:
@@ -91,63 +108,23 @@ def load_hf_clip(source: str, device: str | torch.device = "cpu") -> HuggingFace
             tokenizer = AutoTokenizer.from_pretrained(source)
     except OSError as error:
         raise LaceInputError(f"{source}: could not load a CLIPModel and tokenizer ({error})") from error
-    image_size = model.config.vision_config.image_size
-    mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+    size = model.config.vision_config.image_size
+    # no preprocessor_config.json: CLIP's own normalisation
+    mean, std = _normalisation(CLIPImageProcessor, source, (0.48145466, 0.4578275, 0.40821073),
+                               (0.26862954, 0.26130258, 0.27577711))
+    preprocess = _transform([transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
+                             transforms.CenterCrop(size), _to_rgb()], mean, std)
+    preprocess_train = _transform([transforms.RandomResizedCrop(size, scale=(0.9, 1.0)), _to_rgb()], mean, std)
+    return HuggingFaceClipEncoder(model.to(device), tokenizer, f"{HF_PREFIX}{source}", preprocess, preprocess_train)
+
+
+def _normalisation(processor_class, source: str, mean, std) -> tuple:
+    """The image mean and std of `source`'s preprocessor_config.json, else `mean` and `std`."""
     try:
-        processor = CLIPImageProcessor.from_pretrained(source)
-        mean, std = processor.image_mean, processor.image_std
+        processor = processor_class.from_pretrained(source)
     except OSError:
-        pass  # no preprocessor_config.json: CLIP's own normalisation
-    return HuggingFaceClipEncoder(model.to(device), tokenizer, f"{HF_PREFIX}{source}", image_size, mean, std)
-
-
-HF_SIGLIP_PREFIX = "hf-siglip:"
-
-
-class HuggingFaceSiglipEncoder(HuggingFaceClipEncoder):
-    """Wraps `transformers.SiglipModel` and its tokenizer; `self.model` is the trainable module.
-
-    SigLIP's text tower attends to every position and pools the last one, and was trained on captions
-    padded to its full context (`max_position_embeddings`, 64) without an attention mask: `tokenize` pads
-    every caption to that length (the processor's `padding="max_length"`), so a caption's embedding does
-    not depend on the others in its batch. Images are resized to the square input, without a crop, as
-    `SiglipImageProcessor` does.
-    """
-
-    def __init__(self, model, tokenizer, name: str, image_size: int, mean, std, resample):
-        super().__init__(model, tokenizer, name, image_size, mean, std)
-        normalize = transforms.Normalize(mean=mean, std=std)
-        self.preprocess = transforms.Compose([
-            transforms.Lambda(lambda image: image.convert("RGB")),
-            transforms.Resize((image_size, image_size), interpolation=resample),
-            transforms.ToTensor(),
-            normalize,
-        ])
-        self.preprocess_train = transforms.Compose([
-            transforms.Lambda(lambda image: image.convert("RGB")),
-            transforms.RandomResizedCrop(image_size, scale=(0.9, 1.0), interpolation=resample),
-            transforms.ToTensor(),
-            normalize,
-        ])
-
-    @property
-    def embed_dim(self) -> int:
-        return int(self.model.config.vision_config.hidden_size)
-
-    @property
-    def logit_scale(self) -> torch.nn.Parameter:
-        return self.model.logit_scale
-
-    @property
-    def logit_bias(self) -> torch.nn.Parameter:
-        return self.model.logit_bias
-
-    def tokenize(self, texts: list[str]) -> torch.Tensor:
-        batch = self._tokenizer(
-            texts, padding="max_length", truncation=True,
-            max_length=self.model.config.text_config.max_position_embeddings, return_tensors="pt",
-        )
-        return batch["input_ids"]
+        return mean, std
+    return processor.image_mean, processor.image_std
 
 
 def load_hf_siglip(source: str, device: str | torch.device = "cpu") -> HuggingFaceSiglipEncoder:
@@ -168,12 +145,11 @@ def load_hf_siglip(source: str, device: str | torch.device = "cpu") -> HuggingFa
             f"weights and the tokenizer files (tokenizer.json or spiece.model, tokenizer_config.json), e.g. a "
             f"`save_pretrained` copy"
         ) from error
-    image_size = model.config.vision_config.image_size
-    mean, std, resample = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), transforms.InterpolationMode.BICUBIC
-    try:
-        processor = SiglipImageProcessor.from_pretrained(source)
-        mean, std = processor.image_mean, processor.image_std
-    except OSError:
-        pass  # no preprocessor_config.json: SigLIP's own normalisation
-    return HuggingFaceSiglipEncoder(model.to(device), tokenizer, f"{HF_SIGLIP_PREFIX}{source}", image_size, mean,
-                                    std, resample)
+    size, resample = model.config.vision_config.image_size, transforms.InterpolationMode.BICUBIC
+    # no preprocessor_config.json: SigLIP's own normalisation
+    mean, std = _normalisation(SiglipImageProcessor, source, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    preprocess = _transform([_to_rgb(), transforms.Resize((size, size), interpolation=resample)], mean, std)
+    preprocess_train = _transform(
+        [_to_rgb(), transforms.RandomResizedCrop(size, scale=(0.9, 1.0), interpolation=resample)], mean, std)
+    return HuggingFaceSiglipEncoder(model.to(device), tokenizer, f"{HF_SIGLIP_PREFIX}{source}", preprocess,
+                                    preprocess_train)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from lace.errors import input_error
+from lace.eval import neighbours
 from lace.eval.hubness import hubness_figures
 from lace.eval.metrics import recall_from_neighbours
 from lace.eval.neighbours import DEFAULT_CHUNK, EXACT, KnnOptions, Neighbours, cross_neighbours
@@ -64,14 +65,11 @@ def neighbour_figures(
         figures.update(recall_from_neighbours(forward.indices, backward.indices, owner, options.recall_ks))
     k = min(options.k, forward.k, backward.k)
     # hubness of captions as neighbours of images (i2t lists), and of images as neighbours of captions
-    for name, value in hubness_figures(forward.indices, n_texts, k, options.hub_size).items():
-        figures[f"hubness/i2t/{name}"] = value
-    for name, value in hubness_figures(backward.indices, n_images, k, options.hub_size).items():
-        figures[f"hubness/t2i/{name}"] = value
-    for name, value in one_way_rates(forward.indices, backward.indices, owner).items():
-        figures[f"one_way/{name}"] = value
-    for name, value in mutual_knn_overlap(forward.indices, backward.indices, k).items():
-        figures[f"mutual_knn/{name}"] = value
+    for prefix, part in (("hubness/i2t", hubness_figures(forward.indices, n_texts, k, options.hub_size)),
+                         ("hubness/t2i", hubness_figures(backward.indices, n_images, k, options.hub_size)),
+                         ("one_way", one_way_rates(forward.indices, backward.indices, owner)),
+                         ("mutual_knn", mutual_knn_overlap(forward.indices, backward.indices, k))):
+        figures.update({f"{prefix}/{name}": value for name, value in part.items()})
     return figures
 
 
@@ -81,10 +79,7 @@ def isotropic_like(n: int, d: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def _checked(image_embeddings, text_embeddings, text_image_index) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    images = torch.as_tensor(np.asarray(image_embeddings) if not isinstance(image_embeddings, torch.Tensor)
-                             else image_embeddings).float()
-    texts = torch.as_tensor(np.asarray(text_embeddings) if not isinstance(text_embeddings, torch.Tensor)
-                            else text_embeddings).float()
+    images, texts = neighbours.as_float_tensor(image_embeddings), neighbours.as_float_tensor(text_embeddings)
     owner = np.asarray(text_image_index, dtype=np.int64)
     if images.ndim != 2 or texts.ndim != 2 or not len(images) or not len(texts):
         raise input_error("geometry", "embeddings", "(N_img, d) images and (N_txt, d) captions, at least one each",
@@ -119,8 +114,8 @@ def geometry_diagnostics(
         generator = torch.Generator().manual_seed(options.seed)
         random_images = isotropic_like(images.shape[0], images.shape[1], generator)
         random_texts = isotropic_like(texts.shape[0], texts.shape[1], generator)
-        for name, value in _space_figures(random_images, random_texts, owner, options, recall=False).items():
-            figures[f"isotropic/{name}"] = value
+        random_figures = _space_figures(random_images, random_texts, owner, options, recall=False)
+        figures.update({f"isotropic/{name}": value for name, value in random_figures.items()})
     return figures
 
 

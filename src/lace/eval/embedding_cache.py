@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from lace.data.dataset import open_rgb
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
@@ -30,13 +31,7 @@ ImageKey = tuple[str, Box | None]
 def load_image(key: ImageKey) -> Image.Image:
     """Open an image as RGB and crop it to the key's box, with a clear error when missing."""
     path, box = key
-    if not Path(path).is_file():
-        raise LaceInputError(f"{path}: image file not found")
-    try:
-        with Image.open(path) as image:
-            image = image.convert("RGB")
-    except (UnidentifiedImageError, OSError) as error:
-        raise LaceInputError(f"{path}: unreadable image ({error})") from error
+    image = open_rgb(path)
     if box is not None:
         x, y, width, height = box
         image = image.crop((x, y, x + width, y + height))

@@ -103,12 +103,6 @@ def pairwise_accuracy(positive_scores, negative_scores) -> float:
     return float(correct.mean()) if correct.size else float("nan")
 
 
-def beats_all(true_scores, alternative_scores) -> np.ndarray:
-    """(n,) bool: the true option strictly beats every alternative in its row of (n, m)."""
-    true, alternatives = as_numpy(true_scores), as_numpy(alternative_scores)
-    return true > alternatives.max(axis=1)
-
-
 def group_accuracy(correct, groups, min_count: int = 1) -> dict[str, float]:
     """Accuracy within each group with at least `min_count` items: (n,) bool, (n,) labels."""
     correct, groups = np.asarray(correct, dtype=bool), np.asarray(groups)

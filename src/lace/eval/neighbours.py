@@ -48,9 +48,9 @@ class Neighbours:
 EXACT = KnnOptions()
 
 
-def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
-    tensor = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
-    return tensor.float()
+def as_float_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A tensor, array or memory map as a float32 tensor (a tensor keeps its device)."""
+    return (x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))).float()
 
 
 def _check(queries: torch.Tensor, gallery: torch.Tensor, k: int) -> None:
@@ -178,7 +178,7 @@ def cross_neighbours(
         (forward, backward): forward.indices (Q, k) rows of `gallery`; backward.indices
         (G, reverse_k) rows of `queries`.
     """
-    queries, gallery = _as_tensor(queries), _as_tensor(gallery)
+    queries, gallery = as_float_tensor(queries), as_float_tensor(gallery)
     reverse_k = k if reverse_k is None else reverse_k
     _check(queries, gallery, min(k, reverse_k))
     if knn.backend == "faiss":
@@ -214,7 +214,7 @@ def topk_neighbours(
     Exact by default; `knn` may hand the search to a FAISS index. Peak extra memory is
     about chunk * min(G, gallery_block) * 4 bytes.
     """
-    queries, gallery = _as_tensor(queries), _as_tensor(gallery)
+    queries, gallery = as_float_tensor(queries), as_float_tensor(gallery)
     _check(queries, gallery, k)
     if knn.backend == "faiss":
         return _faiss_neighbours(queries, gallery, min(k, gallery.shape[0]), knn)

@@ -38,6 +38,7 @@ from lace.eval.neighbours import (
     EXACT,
     KnnOptions,
     Neighbours,
+    as_float_tensor,
     cross_neighbours,
     topk_neighbours,
 )
@@ -79,10 +80,6 @@ class QueryBank:
     """(B_img, d) unit vectors; None: use the evaluated images."""
     texts: torch.Tensor | None = None
     """(B_txt, d) unit vectors; None: use the evaluated captions."""
-
-
-def _tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
-    return (x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))).float()
 
 
 def csls_penalty(
@@ -129,7 +126,7 @@ def querybank_neighbours(
     text->image). Scores of normalised rows are `beta s - logsumexp_b beta s_b`, of the
     others the plain `s`: compare scores within a row only.
     """
-    queries, gallery, bank = _tensor(queries), _tensor(gallery), _tensor(bank)
+    queries, gallery, bank = as_float_tensor(queries), as_float_tensor(gallery), as_float_tensor(bank)
     plain = topk_neighbours(queries, gallery, k, chunk=chunk, knn=knn)
     active = activation_set(bank, gallery, bank_k, chunk=chunk, knn=knn)
     normalise = active[plain.indices[:, 0]]  # (Q,) the dynamic switch: plain top-1 in the activation set
@@ -172,10 +169,10 @@ def reranked_neighbours(
     """
     if method not in RERANKS:
         raise ValueError(f"unknown rerank {method!r}; expected one of {RERANKS}")
-    images, texts = _tensor(images), _tensor(texts)
+    images, texts = as_float_tensor(images), as_float_tensor(texts)
     bank = bank or QueryBank()
-    bank_images = _tensor(bank.images) if bank.images is not None else images
-    bank_texts = _tensor(bank.texts) if bank.texts is not None else texts
+    bank_images = as_float_tensor(bank.images) if bank.images is not None else images
+    bank_texts = as_float_tensor(bank.texts) if bank.texts is not None else texts
     if method == "csls":
         image_penalty = csls_penalty(images, bank_texts, options.csls_k, chunk, knn)  # (N_img,)
         text_penalty = csls_penalty(texts, bank_images, options.csls_k, chunk, knn)  # (N_txt,)

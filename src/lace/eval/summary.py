@@ -12,7 +12,8 @@ def is_score(metric: str) -> bool:
     return not metric.endswith(DATA_PROPERTY_SUFFIXES)
 
 
-def _value(value: float | None) -> str:
+def format_value(value: float | None) -> str:
+    """A figure to three decimals, or a dash where it is undefined (None)."""
     return "–" if value is None else f"{value:.3f}"
 
 
@@ -30,7 +31,7 @@ def console_lines(results: dict) -> list[str]:
     and one of its item counts; then a line on the diagnostics when they were skipped."""
     lines = []
     for name, figures in results["benchmarks"].items():
-        scores = ", ".join(f"{key} {_value(value)}" for key, value in figures.items() if is_score(key))
+        scores = ", ".join(f"{key} {format_value(value)}" for key, value in figures.items() if is_score(key))
         lines.append(f"{name}: {scores}")
         counts = results.get("items", {}).get(name)
         if counts:

@@ -26,6 +26,7 @@ from lace.encoders.base import DualEncoder
 from lace.errors import input_error
 from lace.eval.hubness import k_occurrence
 from lace.eval.neighbours import cross_neighbours
+from lace.eval.reciprocity import one_way_flags
 from lace.explore.projection import project_2d
 
 DEFAULT_K = 10
@@ -163,8 +164,7 @@ def model_view_from_embeddings(name: str, encoder: DualEncoder | None, labelled:
     (`lace.eval.neighbours.cross_neighbours`), N_k, one-way flags, the 2-D map and, with a dictionary of
     the same dimension, dense codes. `encoder` (None: typed captions are refused) embeds typed captions."""
     forward, backward = cross_neighbours(images, texts, k)
-    owner = np.asarray(text_image_index, dtype=np.int64)
-    image_to_text, text_to_image = forward.indices.numpy(), backward.indices.numpy()
+    one_way = one_way_flags(forward.indices, backward.indices, text_image_index)
     # each modality centred on its own mean, as the dictionary codes them: the map shows how images and
     # captions interleave rather than the gap between the two clouds
     xy, method = project_2d(torch.cat([images - images.mean(0), texts - texts.mean(0)]).numpy())
@@ -172,9 +172,9 @@ def model_view_from_embeddings(name: str, encoder: DualEncoder | None, labelled:
         name=name, encoder=encoder, labelled=labelled, image_embeddings=images, text_embeddings=texts,
         image_to_text=forward.indices, image_to_text_scores=forward.scores,
         text_to_image=backward.indices, text_to_image_scores=backward.scores,
-        image_occurrence=k_occurrence(text_to_image, len(images)), text_occurrence=k_occurrence(image_to_text, len(texts)),
-        image_one_way=text_to_image[image_to_text[:, 0], 0] != np.arange(len(images)),
-        text_one_way=owner[image_to_text[text_to_image[:, 0], 0]] != owner,
+        image_occurrence=k_occurrence(backward.indices, len(images)),
+        text_occurrence=k_occurrence(forward.indices, len(texts)),
+        image_one_way=one_way["image"], text_one_way=one_way["text"],
         map_xy=xy, map_method=method,
     )
     if labelled is not None and labelled.dictionary.atoms_.shape[1] == images.shape[1]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lace.errors import LaceInputError
-from lace.eval.summary import is_score
+from lace.eval.summary import format_value, is_score
 from lace.io import atomic_path, read_json
 
 
@@ -41,10 +41,6 @@ def load_results(paths: list[str | Path]) -> list[Results]:
     return [Results(label, flatten_results(read_json(path), path)) for label, path in zip(labels, paths)]
 
 
-def _number(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
 def _delta(value: float | None, reference: float | None) -> str:
     return "–" if value is None or reference is None else f"{value - reference:+.3f}"
 
@@ -61,7 +57,7 @@ def comparison_table(results: list[Results], labels: list[str] | None = None) ->
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for metric in metrics:
         values = [r.metrics.get(metric) for r in results]
-        cells = [metric, *map(_number, values), *[_delta(v, values[0]) for v in values[1:]]]
+        cells = [metric, *map(format_value, values), *[_delta(v, values[0]) for v in values[1:]]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

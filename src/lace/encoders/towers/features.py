@@ -31,9 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
 
-from lace.data.dataset import ImageTextDataset
+from lace.data.dataset import ImageRows, ImageTextDataset
 from lace.encoders.towers import image_tower, onnx_runtime, text_tower
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.errors import LaceInputError
@@ -54,10 +53,13 @@ class TowerFeatures:
     """(N_txt,) int64: for each caption, the row of its image."""
 
 
-def tower_fingerprint(module: torch.nn.Module) -> str:
-    """Short hash of a module's parameters and buffers (changes whenever its weights do)."""
+def tower_fingerprint(module: torch.nn.Module, skip: tuple[str, ...] = ()) -> str:
+    """Short hash of a module's parameters and buffers (changes whenever its weights do), but for those whose
+    names start with one of `skip`."""
     digest = hashlib.sha256()
     for name, tensor in module.state_dict().items():
+        if name.startswith(skip):
+            continue
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
@@ -75,14 +77,17 @@ def _save_array(path: Path, array: np.ndarray, description: dict) -> None:
     write_manifest(path.parent, (path.name, path.with_suffix(".json").name), name=entry_manifest(path).name)
 
 
-def _load_cached(path: Path, rows: int, dim: int) -> np.ndarray | None:
-    if not path.is_file():
-        return None
-    verify(path.parent, (path.name, path.with_suffix(".json").name), manifest=entry_manifest(path))
-    array = open_npy(path, "cached tower features (delete the file to recompute it)")
-    if array.shape != (rows, dim):
-        raise LaceInputError(f"{path}: cached tower features of shape {array.shape}, expected {(rows, dim)}")
-    return array
+def _cached(path: Path, rows: int, dim: int, compute, description: dict) -> np.ndarray:
+    """The (rows, dim) array cached at `path`, else `compute()` written there with `description` beside it;
+    a read-only memory map either way."""
+    if path.is_file():
+        verify(path.parent, (path.name, path.with_suffix(".json").name), manifest=entry_manifest(path))
+        array = open_npy(path, "cached tower features (delete the file to recompute it)")
+        if array.shape != (rows, dim):
+            raise LaceInputError(f"{path}: cached tower features of shape {array.shape}, expected {(rows, dim)}")
+        return array
+    _save_array(path, compute(), description)
+    return np.load(path, mmap_mode="r")
 
 
 FULL_DECODE_KEY = ":full-decode"
@@ -112,36 +117,6 @@ def _session(kind: str, tower: torch.nn.Module) -> onnx_runtime.TowerSession:
     return session
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """Decoded, preprocessed images of a dataset, for DataLoader workers.
-
-    `draft_size`: decode JPEGs at the smallest 1/2^k scale still >= this size on both
-    sides (Pillow's draft mode); None decodes at full size.
-    """
-
-    def __init__(self, dataset: ImageTextDataset, transform, draft_size: int | None):
-        self.dataset = dataset
-        self.transform = transform
-        self.draft_size = draft_size
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        record = self.dataset.records[index]
-        if record.tar_member is not None:
-            return self.transform(self.dataset.load_image(index))
-        try:
-            with Image.open(record.image_path) as image:
-                if self.draft_size is not None:  # JPEG only; other formats ignore it
-                    image.draft("RGB", (self.draft_size, self.draft_size))
-                return self.transform(image.convert("RGB"))
-        except FileNotFoundError as error:
-            raise LaceInputError(f"{record.image_path}: image file not found (image_id {record.image_id!r})") from error
-        except (UnidentifiedImageError, OSError) as error:
-            raise LaceInputError(f"{record.image_path}: unreadable image ({error})") from error
-
-
 def compute_image_tower_features(
     encoder: TowersDualEncoder,
     dataset: ImageTextDataset,
@@ -158,7 +133,7 @@ def compute_image_tower_features(
     """
     runtime = _runtime(runtime, "image")
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE if draft else None),
+        ImageRows(dataset, encoder.preprocess, draft=image_tower.RESIZE_SIZE if draft else None),
         batch_size=batch_size, num_workers=num_workers, shuffle=False,
     )
     session = _session("image", encoder.image_tower) if runtime == "onnxruntime" and len(dataset) else None
@@ -220,15 +195,11 @@ def cached_image_tower_features(
     tower_id = encoder.image_tower.tower_id + ("" if draft else FULL_DECODE_KEY)
     key = cache_key(tower_id, tower_fingerprint(encoder.image_tower), items)
     path = Path(cache_dir) / f"image-tower-{key}.npy"
-    cached = _load_cached(path, len(items), image_tower.FEATURE_DIM)
-    if cached is not None:
-        return cached
-    features = compute_image_tower_features(encoder, dataset, batch_size, num_workers, progress, runtime, draft)
-    _save_array(path, features, {
+    return _cached(path, len(items), image_tower.FEATURE_DIM, lambda: compute_image_tower_features(
+        encoder, dataset, batch_size, num_workers, progress, runtime, draft), {
         "tower": tower_id, "rows": len(items), "dim": image_tower.FEATURE_DIM,
         "source": dataset.source, "first_item": items[0] if items else None,
     })
-    return np.load(path, mmap_mode="r")
 
 
 def cached_text_tower_features(
@@ -247,13 +218,10 @@ def cached_text_tower_features(
     tower_id = f"{encoder.text_tower.tower_id}:max-tokens-{encoder.text_tower.max_tokens}"
     key = cache_key(tower_id, tower_fingerprint(encoder.text_tower), captions)
     path = Path(cache_dir) / f"text-tower-{key}.npy"
-    cached = _load_cached(path, len(captions), text_tower.FEATURE_DIM)
-    if cached is not None:
-        return cached
-    features = compute_text_tower_features(encoder, captions, batch_size, progress, runtime)
-    _save_array(path, features, {"tower": tower_id, "rows": len(captions), "dim": text_tower.FEATURE_DIM,
-                                 "first_item": captions[0] if captions else None})
-    return np.load(path, mmap_mode="r")
+    return _cached(path, len(captions), text_tower.FEATURE_DIM, lambda: compute_text_tower_features(
+        encoder, captions, batch_size, progress, runtime), {
+        "tower": tower_id, "rows": len(captions), "dim": text_tower.FEATURE_DIM,
+        "first_item": captions[0] if captions else None})
 
 
 def cached_tower_features(

@@ -18,7 +18,6 @@ not invalidate the cache.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,9 @@ import numpy as np
 import torch
 from numpy.lib.format import open_memmap
 
-from lace.data.dataset import ImageTextDataset
+from lace.data.dataset import ImageRows, ImageTextDataset
 from lace.encoders.towers import image_tower
-from lace.encoders.towers.features import _ImageFiles, cache_key
+from lace.encoders.towers.features import cache_key, tower_fingerprint
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.encoders.towers.top import (
     IMAGE_CUT_SHAPE,
@@ -42,7 +41,7 @@ from lace.encoders.towers.top import (
     text_below_top,
 )
 from lace.errors import LaceInputError
-from lace.io import atomic_path, atomic_write_json, open_npy, read_json
+from lace.io import atomic_path, atomic_write_json, open_npy
 from lace.manifest import entry_manifest, verify, write_manifest
 from lace.progress import bar as progress_bar
 
@@ -73,22 +72,12 @@ class TokenStates:
         return states, mask
 
 
-def _below_fingerprint(module: torch.nn.Module, top_prefixes: tuple[str, ...]) -> str:
-    """Short hash of the parameters and buffers of `module` outside `top_prefixes`."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        if not name.startswith(top_prefixes):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 def image_cache_path(encoder: TowersDualEncoder, dataset: ImageTextDataset, cache_dir: str | Path) -> Path:
     model = encoder.image_tower.model
     top = tuple(f"blocks.{i}." for i in range(len(model.blocks) - IMAGE_TOP_STAGES, len(model.blocks)))
     items = [f"{record.image_path}::{record.tar_member or ''}" for record in dataset.records]
     tower_id = f"{encoder.image_tower.tower_id}:below-top-{IMAGE_TOP_STAGES}-stages"
-    fingerprint = _below_fingerprint(model, top + ("conv_head.", "bn2.", "classifier."))
+    fingerprint = tower_fingerprint(model, top + ("conv_head.", "bn2.", "classifier."))
     return Path(cache_dir) / f"image-top-{cache_key(tower_id, fingerprint, items)}.npy"
 
 
@@ -97,7 +86,7 @@ def text_cache_path(encoder: TowersDualEncoder, captions: list[str], cache_dir: 
     n_layers = len(bert.encoder.layer)
     top = tuple(f"encoder.layer.{i}." for i in range(n_layers - TEXT_TOP_LAYERS, n_layers)) + ("pooler.",)
     tower_id = f"{encoder.text_tower.tower_id}:max-tokens-{encoder.text_tower.max_tokens}:below-top-{TEXT_TOP_LAYERS}-layers"
-    return Path(cache_dir) / f"text-top-{cache_key(tower_id, _below_fingerprint(bert, top), list(captions))}.npy"
+    return Path(cache_dir) / f"text-top-{cache_key(tower_id, tower_fingerprint(bert, top), list(captions))}.npy"
 
 
 def _float16_cosine(pooled32: torch.Tensor, pooled16: torch.Tensor) -> float:
@@ -121,7 +110,7 @@ def compute_image_top_features(encoder: TowersDualEncoder, dataset: ImageTextDat
     model = encoder.image_tower.model
     top = ImageTop(model).eval()
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(dataset, encoder.preprocess, image_tower.RESIZE_SIZE),
+        ImageRows(dataset, encoder.preprocess, draft=image_tower.RESIZE_SIZE),
         batch_size=batch_size, num_workers=num_workers, shuffle=False,
     )
     started, start, min_cosine = time.perf_counter(), 0, None
@@ -259,11 +248,6 @@ def cached_text_top_features(encoder: TowersDualEncoder, captions: list[str], ca
                              "has a token); delete the file to recompute it")
     states = _load(path, int(offsets[-1]), "token states")
     return TokenStates(states=states, offsets=offsets)
-
-
-def cache_description(path: Path) -> dict:
-    """The `.json` written beside a cached array."""
-    return read_json(path.with_suffix(".json"))
 
 
 __all__ = ["TokenStates", "cached_image_top_features", "cached_text_top_features", "caption_states_below_top",

@@ -38,13 +38,10 @@ import torch
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.readers import read_karpathy
 from lace.edits.captions import RuleNegatives
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
     item_field,
-    read_json_as,
     register_benchmark,
     text_field,
 )
@@ -147,7 +144,7 @@ class ARO(Benchmark):
     def _load_visual_genome(self, root: Path, file_name: str, name: str) -> CaptionChoice:
         path = self.require_file(root / file_name)
         image_dir = root / "images"
-        items = read_json_as(path, list, "a JSON list of items")
+        items = read_json(path, list, "a JSON list of items")
         choice = CaptionChoice()
         for position, item in enumerate(items):
             image = str(image_dir / text_field(item, "image_path", path, position))
@@ -175,11 +172,7 @@ class ARO(Benchmark):
                 choice.alternatives.append([pre_caption(p) for p in order_perturbations(caption, tagger, rng)])
         return self.usable(name, choice, [[image] for image, _ in choice.images], "cocodataset.org / Flickr30k (images)")
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, CaptionChoice], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: dict[str, CaptionChoice]) -> dict[str, float]:
         figures: dict[str, float] = {}
         for name, choice in data.items():
             true_scores, alternative_scores = choice_scores(cache, choice)  # (n,), (n, m)

@@ -1,8 +1,8 @@
 """The contract every benchmark follows, and the registry that names them.
 
 A benchmark reads its original release format with `load(root, **options)` and scores
-an encoder with `evaluate(encoder, data, cache, progress) -> {metric: value}`. Embedding
-goes through an `EmbeddingCache`, so each image and caption is embedded once per run.
+an encoder with `evaluate(encoder, data, cache, progress) -> {metric: value}`, which hands its own
+`score(cache, data)` an `EmbeddingCache`, so each image and caption is embedded once per run.
 
 Images go through one policy (`lace.data.images`): `missing_images = "error"` stops on the first file
 that is missing or unreadable, naming it; "skip" scores the items whose images are all usable. Either way
@@ -22,7 +22,6 @@ from lace.data.images import ImageCheck, merge_checks, usable_items, validate_po
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.embedding_cache import EmbeddingCache
-from lace.io import read_json
 
 BENCHMARKS: dict[str, type[Benchmark]] = {}
 ItemsT = TypeVar("ItemsT")
@@ -48,11 +47,16 @@ class Benchmark(ABC):
     def load(self, root: str | Path, **options: Any) -> Any:
         """Read the benchmark from its original files under `root`."""
 
-    @abstractmethod
     def evaluate(
         self, encoder: DualEncoder, data: Any, cache: EmbeddingCache | None = None, progress: bool = False
     ) -> dict[str, float]:
-        """Score `encoder` on loaded `data`: a flat {metric: value} dict."""
+        """Score `encoder` on loaded `data`: a flat {metric: value} dict (embeddings through `cache`, a fresh
+        one by default)."""
+        return self.score(cache if cache is not None else EmbeddingCache(encoder, progress=progress), data)
+
+    @abstractmethod
+    def score(self, cache: EmbeddingCache, data: Any) -> dict[str, float]:
+        """The figures of loaded `data`, its images and captions embedded through `cache`."""
 
     def missing(self, path: str | Path, what: str = "file", published_at: str | None = None) -> LaceInputError:
         """The error for a missing file: what is missing, where it was looked for, where to get it."""
@@ -109,18 +113,6 @@ def get_benchmark(name: str, missing_images: str = "error") -> Benchmark:
     if name not in BENCHMARKS:
         raise LaceInputError(f"unknown benchmark {name!r}; expected one of {sorted(BENCHMARKS)}")
     return BENCHMARKS[name](validate_policy(missing_images))
-
-
-def cache_for(encoder: DualEncoder, cache: EmbeddingCache | None, progress: bool) -> EmbeddingCache:
-    return cache if cache is not None else EmbeddingCache(encoder, progress=progress)
-
-
-def read_json_as(path: Path, kind: type, expected: str) -> Any:
-    """The JSON at `path`, refused unless its top level is a `kind` (dict or list) as `expected` says."""
-    value = read_json(path)
-    if not isinstance(value, kind):
-        raise LaceInputError(f"{path}: expected {expected} (got {type(value).__name__})")
-    return value
 
 
 def item_field(item: object, name: str, where: object, position: object) -> Any:

@@ -15,7 +15,6 @@ from torch import Tensor
 
 from lace.concepts.mentions import words
 from lace.eval.embedding_cache import EmbeddingCache
-from lace.eval.metrics import pairwise_accuracy
 
 
 @dataclass
@@ -32,11 +31,6 @@ def pair_scores(cache: EmbeddingCache, items: PairItems) -> tuple[Tensor, Tensor
     images = cache.images([(path, None) for path in items.image_paths])  # (n, d)
     captions, negatives = cache.texts(items.captions), cache.texts(items.negatives)
     return (images * captions).sum(-1), (images * negatives).sum(-1)
-
-
-def score_pairs(cache: EmbeddingCache, items: PairItems) -> float:
-    """Share of items where the image scores its caption strictly above the negative."""
-    return pairwise_accuracy(*pair_scores(cache, items))
 
 
 def same_words(caption: str, negative: str) -> bool:

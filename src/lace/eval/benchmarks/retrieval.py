@@ -10,9 +10,8 @@ import torch
 
 from lace.data import read_dataset
 from lace.data.dataset import ImageTextDataset
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark
+from lace.eval.benchmarks.base import Benchmark, register_benchmark
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import retrieval_recall
 
@@ -47,8 +46,6 @@ class Retrieval(Benchmark):
         dataset = self.usable(root.name, dataset, [[str(record.image_path)] for record in dataset.records])
         return RetrievalData(dataset, tuple(recall_ks))
 
-    def evaluate(
-        self, encoder: DualEncoder, data: RetrievalData, cache: EmbeddingCache | None = None, progress: bool = False
-    ) -> dict[str, float]:
-        images, texts = dataset_embeddings(cache_for(encoder, cache, progress), data.dataset)
+    def score(self, cache: EmbeddingCache, data: RetrievalData) -> dict[str, float]:
+        images, texts = dataset_embeddings(cache, data.dataset)
         return retrieval_recall(images, texts, data.dataset.caption_image_index, data.recall_ks)

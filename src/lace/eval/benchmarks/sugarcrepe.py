@@ -13,18 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
-    read_json_as,
     register_benchmark,
     text_field,
 )
 from lace.eval.benchmarks.pairs import PairItems, pair_scores, same_words_split
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import pairwise_accuracy
+from lace.io import read_json
 
 SUGARCREPE_FILES = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 SWAP_FILES = ("swap_att", "swap_obj")
@@ -47,7 +45,7 @@ class SugarCrepe(Benchmark):
         data = {}
         for name in SUGARCREPE_FILES:
             path = self.require_file(root / f"{name}.json")
-            items = read_json_as(path, dict, "a JSON object of id -> item")
+            items = read_json(path, dict, "a JSON object of id -> item")
             pairs = PairItems()
             for key, item in items.items():
                 pairs.image_paths.append(str(image_root / text_field(item, "filename", path, key)))
@@ -56,11 +54,7 @@ class SugarCrepe(Benchmark):
             data[name] = self.usable(name, pairs, [[path] for path in pairs.image_paths], COCO_URL)
         return data
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, PairItems], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: dict[str, PairItems]) -> dict[str, float]:
         figures, split = {}, {}
         for name, items in data.items():
             positive, negative = pair_scores(cache, items)

@@ -21,18 +21,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
     item_field,
-    read_json_as,
     register_benchmark,
     text_field,
 )
-from lace.eval.benchmarks.pairs import PairItems, score_pairs
+from lace.eval.benchmarks.pairs import PairItems, pair_scores
 from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.metrics import pairwise_accuracy
+from lace.io import read_json
 
 VALIDATED_VOTES = 2  # the authors' filter: mturk["caption"] >= 2 of 3 annotators
 
@@ -54,7 +53,7 @@ class VALSE(Benchmark):
                                  f"the original is published at {self.published_at} (data/)")
         data = {}
         for path in files:
-            items = read_json_as(path, dict, "a JSON object of id -> item")
+            items = read_json(path, dict, "a JSON object of id -> item")
             pairs = PairItems()
             for key, item in items.items():
                 if not all_items and _caption_votes(item, path, key) < VALIDATED_VOTES:
@@ -66,12 +65,8 @@ class VALSE(Benchmark):
             data[path.stem] = self.usable(path.stem, pairs, [[image] for image in pairs.image_paths])
         return data
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, PairItems], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
-        figures = {name: score_pairs(cache, pairs) for name, pairs in data.items() if pairs.captions}
+    def score(self, cache: EmbeddingCache, data: dict[str, PairItems]) -> dict[str, float]:
+        figures = {name: pairwise_accuracy(*pair_scores(cache, pairs)) for name, pairs in data.items() if pairs.captions}
         figures["mean"] = sum(figures.values()) / len(figures) if figures else float("nan")
         return figures
 

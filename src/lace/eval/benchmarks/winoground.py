@@ -10,14 +10,14 @@ the tags are not used.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark, text_field
+from lace.eval.benchmarks.base import Benchmark, register_benchmark, text_field
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import winoground_scores
 from lace.io import read_text
@@ -39,6 +39,15 @@ def winoground_score_tensor(cache: EmbeddingCache, items: WinogroundItems) -> to
     return torch.einsum("ncd,nmd->ncm", texts, images)
 
 
+def add_quadruple(items: WinogroundItems, example: object, where: object, position: object, default_id: object,
+                  image_path: Callable[[str], str]) -> None:
+    """Append one example with "id" (else `default_id`), "image_0", "image_1" (each a path by `image_path`),
+    "caption_0" and "caption_1" to `items`; a missing field is an error naming `where` and `position`."""
+    items.ids.append(str(example.get("id", default_id)) if isinstance(example, dict) else "")
+    items.image_paths.append(tuple(image_path(text_field(example, f"image_{j}", where, position)) for j in (0, 1)))
+    items.captions.append(tuple(text_field(example, f"caption_{j}", where, position) for j in (0, 1)))
+
+
 @register_benchmark("winoground")
 class Winoground(Benchmark):
     published_at = "huggingface.co/datasets/facebook/winoground"
@@ -54,19 +63,11 @@ class Winoground(Benchmark):
                 example = json.loads(line)
             except json.JSONDecodeError as error:
                 raise LaceInputError(f"{path}:{line_number}: not valid JSON ({error})") from error
-            where = f"{path}:{line_number}"
-            items.ids.append(str(example.get("id", line_number - 1)) if isinstance(example, dict) else "")
-            images = tuple(str(root / "images" / f"{text_field(example, f'image_{j}', where, 'line')}.png")
-                           for j in (0, 1))
-            items.image_paths.append(images)  # type: ignore[arg-type]
-            items.captions.append((text_field(example, "caption_0", where, "line"),
-                                   text_field(example, "caption_1", where, "line")))
+            add_quadruple(items, example, f"{path}:{line_number}", "line", line_number - 1,
+                          lambda image: str(root / "images" / f"{image}.png"))
         if not items.ids:
             raise LaceInputError(f"{path}: no examples")
         return self.usable("examples", items, [list(pair) for pair in items.image_paths])
 
-    def evaluate(
-        self, encoder: DualEncoder, data: WinogroundItems, cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        return winoground_scores(winoground_score_tensor(cache_for(encoder, cache, progress), data))
+    def score(self, cache: EmbeddingCache, data: WinogroundItems) -> dict[str, float]:
+        return winoground_scores(winoground_score_tensor(cache, data))

@@ -18,18 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from lace.data.world.benchmarks import SWAP_FAMILIES
-from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.base import (
     Benchmark,
-    cache_for,
-    read_json_as,
     register_benchmark,
     text_field,
 )
 from lace.eval.benchmarks.pairs import same_words_split
-from lace.eval.benchmarks.winoground import WinogroundItems, winoground_score_tensor
+from lace.eval.benchmarks.winoground import WinogroundItems, add_quadruple, winoground_score_tensor
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import group_accuracy, winoground_scores
+from lace.io import read_json
 from lace.manifest import verify
 
 
@@ -65,7 +63,7 @@ class World(Benchmark):
         root = Path(root)
         verify(root, (f"benchmarks/{split}.json", f"benchmarks/{split}_winoground.json"))
         path = self.require_file(root / "benchmarks" / f"{split}.json", "binding items file")
-        items = read_json_as(path, list, "a JSON list of binding items")
+        items = read_json(path, list, "a JSON list of binding items")
         data = WorldItems()
         for position, item in enumerate(items):
             data.families.append(text_field(item, "family", path, position))
@@ -74,27 +72,18 @@ class World(Benchmark):
             data.captions.append(text_field(item, "caption", path, position))
             data.negative_captions.append(text_field(item, "negative_caption", path, position))
         wino_path = self.require_file(root / "benchmarks" / f"{split}_winoground.json", "Winoground file")
-        quadruples = read_json_as(wino_path, list, "a JSON list")
+        quadruples = read_json(wino_path, list, "a JSON list")
         for position, item in enumerate(quadruples):
-            data.winoground.ids.append(str(item.get("id", position)) if isinstance(item, dict) else "")
-            data.winoground.image_paths.append(
-                (str(root / text_field(item, "image_0", wino_path, position)),
-                 str(root / text_field(item, "image_1", wino_path, position))))
-            data.winoground.captions.append(
-                (text_field(item, "caption_0", wino_path, position), text_field(item, "caption_1", wino_path, position)))
+            add_quadruple(data.winoground, item, wino_path, position, position, lambda image: str(root / image))
         data = self.usable("binding", data, [list(pair) for pair in zip(data.images, data.negative_images)])
         data.winoground = self.usable("winoground", data.winoground, [list(pair) for pair in data.winoground.image_paths])
         return data
 
-    def evaluate(
-        self, encoder: DualEncoder, data: WorldItems, cache: EmbeddingCache | None = None, progress: bool = False
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: WorldItems) -> dict[str, float]:
         i2t, t2i = binding_correct(cache, data)
         figures: dict[str, float] = {}
         for direction, correct in (("i2t", i2t), ("t2i", t2i)):
-            for family, value in group_accuracy(correct, data.families).items():
-                figures[f"{direction}/{family}"] = value
+            figures.update({f"{direction}/{family}": value for family, value in group_accuracy(correct, data.families).items()})
             figures[f"{direction}/all"] = float(np.mean(correct)) if len(correct) else float("nan")
             for family in sorted(set(data.families) & set(SWAP_FAMILIES)):
                 rows = [i for i, f in enumerate(data.families) if f == family]

@@ -28,9 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from lace.data.world.zeroshot import ensure_zeroshot_tasks
-from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.eval.benchmarks.base import Benchmark, cache_for, register_benchmark
+from lace.eval.benchmarks.base import Benchmark, register_benchmark
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import zeroshot_scores
 from lace.io import read_json, read_text
@@ -72,11 +71,7 @@ class ZeroShot(Benchmark):
         return {name: self.usable(name, task, [[path] for path in task.image_paths], fields=("image_paths", "labels"))
                 for name, task in tasks.items()}
 
-    def evaluate(
-        self, encoder: DualEncoder, data: dict[str, ZeroShotTask], cache: EmbeddingCache | None = None,
-        progress: bool = False,
-    ) -> dict[str, float]:
-        cache = cache_for(encoder, cache, progress)
+    def score(self, cache: EmbeddingCache, data: dict[str, ZeroShotTask]) -> dict[str, float]:
         figures = {}
         for name, task in data.items():
             images = cache.images([(path, None) for path in task.image_paths])  # (n, d)
