@@ -50,7 +50,15 @@ from lace.study.heads import (
     save_heads,
     train_on_features,
 )
-from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
+from lace.study.measure import (
+    PhraseSwapSet,
+    independent_swap_items,
+    measure_model,
+    rule_brittleness_texts,
+    sugarcrepe_style_items,
+)
+from lace.study.phrase_swaps import KINDS as PHRASE_SWAP_KINDS
+from lace.study.phrase_swaps import VERSION as PHRASE_SWAPS_VERSION
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
 from lace.study.zeroshot import caption_task
@@ -112,6 +120,8 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     texts = _rule_made_bank(encoder, rules, train, test, config, cache_dir)
     zeroshot_task = caption_task(vocabulary, test, config.zeroshot_min_images)
     zeroshot_prompts = TextFeatureBank(encoder, zeroshot_task.prompts(), cache_dir, progress=config.progress)
+    phrase_swaps = PhraseSwapSet.encode(encoder, independent_swap_items(
+        rules, test.captions, test.caption_image_index, config.items_per_kind), cache_dir, config.progress)
     wall["rule-made captions"] = time.perf_counter() - started
 
     # 2. base heads, chosen on validation ---------------------------------------------
@@ -136,7 +146,8 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
 
     def measure() -> dict:
         figures = measure_model(encoder, test, texts.bank, rules, texts.items, editor, config.edit.n_edits,
-                                config.rule_brittleness_captions, config.neighbours, zeroshot_task, zeroshot_prompts)
+                                config.rule_brittleness_captions, config.neighbours, zeroshot_task, zeroshot_prompts,
+                                phrase_swaps)
         if config.zeroshot_root:  # the user's image folder, through the towers and the current heads
             figures.update({f"zeroshot/{key}": value
                             for key, value in zeroshot_figures(encoder, "heads", zeroshot_config).items()})
@@ -145,7 +156,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     # 3. geometry and brittleness of the base ---------------------------------------------
     measure_key = stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
                             config.items_per_kind, config.neighbours, zeroshot_task.summary(), config.zeroshot_root,
-                            config.zeroshot_classnames, config.zeroshot_templates)
+                            config.zeroshot_classnames, config.zeroshot_templates, PHRASE_SWAPS_VERSION)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
     # 5. edit retrieval --------------------------------------------------------------------
@@ -170,7 +181,9 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
         "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
         "throughput": throughput,
         "bank": {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()),
-                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts)},
+                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts),
+                 "phrase_swap_items": {kind: sum(item["kind"] == kind for item in phrase_swaps.items)
+                                       for kind in PHRASE_SWAP_KINDS}},
         "base": base, "base_settings": _settings_dict(base_settings), "finetune_settings": _settings_dict(settings),
         "base_figures": base_figures, "dictionary": dictionary, "edit_retrieval": transplants,
         "edit_grids": edit_grids, "zeroshot_task": zeroshot_task.summary(),
@@ -288,6 +301,7 @@ SUMMARY_METRICS = (
     "mutual_knn/image", "mutual_knn/text", "brittleness/rule/all", "brittleness/counterfactual/all",
     "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel",
     "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "sugarcrepe_style/mean",
+    "phrase_swaps/swap_att", "phrase_swaps/swap_obj",
 )
 
 
