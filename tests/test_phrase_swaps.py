@@ -48,6 +48,7 @@ def test_each_rewrite_moves_whole_phrases(caption, kind, rewrite):
     ("A black man and a white woman talk .", "swap_att"),  # colours of people are not attributes to exchange
     ("A man in a red shirt and a dog with a blue collar .", "swap_att"),  # clothing of a person onto a dog
     ("A girl in a striped shirt and blue jeans .", "swap_att"),  # "striped" is not a colour phrase
+    ("A man in red winter clothes talks to another man in red .", "swap_att"),  # the same colour on both
     ("A man and a woman walk together .", "swap_obj"),  # symmetric relation
     ("Two dogs chase a cat .", "swap_obj"),  # the verb would disagree with its new subject
     ("A man holds a dog .", "swap_obj"),  # "a dog holds a man": not plausible

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("swap_att", "swap_obj")
-VERSION = 1
+VERSION = 3
 """Changes whenever a rewrite rule or the lexicon changes (the studies key their measurements on it)."""
 
 # --- lexicon ------------------------------------------------------------------------------------------------
@@ -105,12 +105,14 @@ OBJECT_RELATIONS = _verb_connectors(
 DIRECTED_RELATIONS = OBJECT_RELATIONS | _verb_connectors(
     "hold/holds/holding carry/carries/carrying hug/hugs/hugging feed/feeds/feeding help/helps/helping "
     "lift/lifts/lifting bite/bites/biting lick/licks/licking sniff/sniffs/sniffing nuzzle/nuzzles/nuzzling "
-    "jump/jumps/jumping+on")
+    "jump/jumps/jumping+on jump/jumps/jumping+up_at kiss/kisses/kissing take/takes/taking+a_picture_of "
+    "photograph/photographs/photographing")
 # Relations that read the same both ways: an exchange across them must change which one is which.
 SYMMETRIC_RELATIONS = frozenset({("and",), ("with",), ("beside",), ("next", "to")}) | _verb_connectors(
     "stand/stands/standing+next_to sit/sits/sitting+next_to play/plays/playing+with walk/walks/walking+with "
     "talk/talks/talking+to talk/talks/talking+with wrestle/wrestles/wrestling+with fight/fights/fighting+with "
-    "fight/fights/fighting") | {("is", "next", "to"), ("are", "next", "to")}
+    "fight/fights/fighting stand/stands/standing+with sit/sits/sitting+with pose/poses/posing+with "
+    "dance/dances/dancing+with") | {("is", "next", "to"), ("are", "next", "to")}
 
 LEFT_BOUNDARIES = frozenset({",", ".", "while", "as", "where", "when"})
 # After the second noun phrase: a word that cannot continue it (nouns, "'s", "of") ends nothing.
@@ -230,12 +232,10 @@ def _ends_clause(tokens: Sequence[str], end: int) -> bool:
 
 
 def related_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
-    """Every (first, second, relation) of two noun phrases that the relation joins directly; the first starts
-    the caption or a clause, the second ends cleanly."""
+    """Every (first, second, relation) of two noun phrases that the relation joins directly, the second ending
+    cleanly (`starts_clause` tells whether the first also starts the caption or a clause)."""
     pairs = []
     for start in range(len(tokens)):
-        if start > 0 and tokens[start - 1] not in LEFT_BOUNDARIES:
-            continue
         first = _noun_phrase(tokens, start)
         if first is None:
             continue
@@ -246,6 +246,12 @@ def related_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, t
             if second is not None and _ends_cleanly(tokens, second.end):
                 pairs.append((first, second, relation))
     return sorted(pairs, key=lambda pair: (pair[0].start, pair[1].start, pair[2]))
+
+
+def starts_clause(tokens: Sequence[str], phrase: NounPhrase) -> bool:
+    """Whether `phrase` is a subject that can trade places: it starts the caption or a clause (not "the owner
+    of a dog")."""
+    return phrase.start == 0 or tokens[phrase.start - 1] in LEFT_BOUNDARIES
 
 
 # --- rewrites -----------------------------------------------------------------------------------------------
@@ -264,7 +270,8 @@ def _attire_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symm
     if not (first.has_attire and second.has_attire) or first.kind != second.kind:
         return []
     worn_first, worn_second = tokens[first.head + 1:first.end], tokens[second.head + 1:second.end]
-    if worn_first == worn_second or (symmetric and tokens[first.start:first.head + 1]
+    # the same colours on both ("in red winter clothes" / "in red") bind nothing differently
+    if COLOURS & set(worn_first) == COLOURS & set(worn_second) or (symmetric and tokens[first.start:first.head + 1]
                                      == tokens[second.start:second.head + 1]):
         return []
     for wearer, worn in ((first, worn_second), (second, worn_first)):
@@ -335,7 +342,7 @@ def _fix_articles(tokens: list[str], positions: Sequence[int]) -> None:
 
 def _object_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, relation) -> list[list[str]]:
     heads = {tokens[first.head], tokens[second.head]}
-    if relation not in OBJECT_RELATIONS or first.number != second.number or len(heads) == 1 or heads & NOT_AGENTS:
+    if not starts_clause(tokens, first) or relation not in OBJECT_RELATIONS or first.number != second.number or len(heads) == 1 or heads & NOT_AGENTS:
         return []
     return [_exchange(tokens, (first.start, first.end), (second.start, second.end))]
 
