@@ -209,8 +209,8 @@ def _finetunes_section(report: Report, results: dict, out: Path) -> None:
     report.table(_variant_table(summary, COMPOSITION,
                                 "Brittleness (lower is better) and SugarCrepe-style accuracy (image->text; higher is "
                                 "better) on items made from test captions by the rule editor."))
-    counts = results["bank"].get("phrase_swap_items")
-    if counts:
+    counts = results["bank"].get("phrase_swap_items") or {}
+    if any(counts.values()):
         report.table(_variant_table(summary, PHRASE_SWAPS, (
             "Image->text accuracy on swap items written independently of the rule editor (lace.study.phrase_swaps: "
             "whole phrases exchanged; items the rule editor can also write left out): "
