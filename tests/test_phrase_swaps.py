@@ -149,7 +149,14 @@ def _add_swap_captions(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_the_locked_study_reports_the_independent_items_apart(tmp_path):
+    from lace.concepts.vocabulary import load_vocabulary
+    from lace.data.flickr8k import read_flickr8k
+    from lace.edits.captions import RuleNegatives
+    from lace.encoders.towers import TowersConfig, TowersDualEncoder
     from lace.study import run_flickr8k_study
+    from lace.study.features import dataset_features
+    from lace.study.heads import embed_split, load_heads
+    from lace.study.measure import PhraseSwapSet, independent_swap_items, score_items
     from tests.test_study import make_folder, tiny_config
 
     torch.set_num_threads(1)
@@ -163,7 +170,17 @@ def test_the_locked_study_reports_the_independent_items_apart(tmp_path):
     assert results["summary"]["plain"]["phrase_swaps/swap_att"]["n"] == 1
     report = (tmp_path / "study" / "report.md").read_text()
     assert "written independently of the rule editor" in report and "phrase_swaps/swap_obj" in report
-    assert 0.0 <= results["base_figures"]["phrase_swaps/swap_att"] <= 1.0
+    # the figures are `score_items` on the base's test embeddings and its head on the banked tower features
+    encoder = TowersDualEncoder(TowersConfig())
+    test = dataset_features(encoder, read_flickr8k(str(data)), tmp_path / "cache", 16, 0, False)[0]["test"]
+    load_heads(encoder, tmp_path / "study" / "models" / "base.safetensors")
+    phrase = PhraseSwapSet.encode(encoder, independent_swap_items(
+        RuleNegatives(load_vocabulary("natural")), test.captions, test.caption_image_index, 8), tmp_path / "cache")
+    images, texts = embed_split(encoder, test)
+    negatives = encoder.head_text(phrase.bank.lookup([item["negative_caption"] for item in phrase.items]))
+    expected = score_items(images, texts, negatives, phrase.items)
+    assert results["base_figures"]["phrase_swaps/swap_att"] == pytest.approx(expected["swap_att"])
+    assert results["base_figures"]["phrase_swaps/swap_obj"] == pytest.approx(expected["swap_obj"])
 
 
 @pytest.mark.slow
@@ -197,3 +214,31 @@ def test_the_tops_study_measures_the_independent_items_as_it_measures_the_rule_i
     expected = score_items(images, texts, negatives, measured.phrase_items)
     assert figures["phrase_swaps/swap_att"] == pytest.approx(expected["swap_att"])
     assert figures["phrase_swaps/swap_obj"] == pytest.approx(expected["swap_obj"])
+
+
+def test_the_tops_table_and_targets_show_the_independent_items_apart():
+    from lace.experiment.summary import summarise_over_seeds
+    from lace.study.flickr8k_top_arms import arms_table, target_checks
+
+    def arm(rule: float, phrase: float) -> list[dict]:
+        return [{"sugarcrepe_style/swap_att": rule + d, "sugarcrepe_style/swap_obj": rule + d, "i2t/R@1": 0.5,
+                 "t2i/R@1": 0.5, "phrase_swaps/swap_att": phrase + d, "phrase_swaps/swap_obj": phrase + d}
+                for d in (-0.01, 0.0, 0.01)]
+
+    runs = {"plain": arm(0.60, 0.50), "LACE-local": arm(0.70, 0.45)}
+    checks = target_checks(runs, "LACE-local")
+    assert [check.text for check in checks][-2:] == ["LACE-local beats plain on i2t swap_att written independently",
+                                                     "LACE-local beats plain on i2t swap_obj written independently"]
+    assert [check.status for check in checks] == ["met", "met", "met", "met", "missed", "missed"]
+    # runs without the family keep the four targets of before
+    assert len(target_checks({name: [{k: v for k, v in figures.items() if not k.startswith("phrase")}
+                                     for figures in seeds] for name, seeds in runs.items()}, "LACE-local")) == 4
+    summary = summarise_over_seeds(runs, ("sugarcrepe_style/swap_att", "phrase_swaps/swap_att",
+                                          "phrase_swaps/swap_obj", "i2t/R@1", "t2i/R@1"))
+    table = arms_table({"split": "val", "summary": summary, "runs": runs,
+                        "phrase_swap_items": {"swap_att": 17, "swap_obj": 10}})
+    rule_table, phrase_table = table.split("written independently of the rule editor", 1)
+    assert "| LACE-local | 0.700 ± 0.010 (3) |" in rule_table and "0.450" not in rule_table
+    assert "swap_att 17 items, swap_obj 10 items" in phrase_table
+    assert "| LACE-local | 0.450 ± 0.010 (3) | 0.450 ± 0.010 (3) | -5.0 pts |" in phrase_table
+    assert "phrase swap" not in arms_table({"split": "val", "summary": summary, "runs": runs})
