@@ -50,7 +50,15 @@ from lace.study.heads import (
     save_heads,
     train_on_features,
 )
-from lace.study.measure import measure_model, rule_brittleness_texts, sugarcrepe_style_items
+from lace.study.measure import (
+    PhraseSwapSet,
+    independent_swap_items,
+    measure_model,
+    rule_brittleness_texts,
+    sugarcrepe_style_items,
+)
+from lace.study.phrase_swaps import KINDS as PHRASE_SWAP_KINDS
+from lace.study.phrase_swaps import VERSION as PHRASE_SWAPS_VERSION
 from lace.study.report import write_study_report
 from lace.study.transplants import transplant_retrieval
 from lace.study.zeroshot import CaptionTask, caption_task
@@ -100,7 +108,8 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     # 3. geometry and brittleness of the base ---------------------------------------------
     measure_key = stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
                             config.items_per_kind, config.neighbours, inputs.zeroshot_task.summary(),
-                            config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates)
+                            config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates,
+                            PHRASE_SWAPS_VERSION)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
     # 5. edit retrieval and the edit grid --------------------------------------------------
@@ -117,7 +126,9 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
         "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
         "throughput": inputs.throughput,
         "bank": {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()),
-                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts)},
+                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts),
+                 "phrase_swap_items": {kind: sum(item["kind"] == kind for item in inputs.phrase_swaps.items)
+                                       for kind in PHRASE_SWAP_KINDS}},
         "base": base, "base_settings": dataclasses.asdict(base_settings),
         "finetune_settings": dataclasses.asdict(settings), "base_figures": base_figures, "dictionary": dictionary,
         "edit_retrieval": transplants, "edit_grids": edit_grids, "zeroshot_task": inputs.zeroshot_task.summary(),
@@ -144,11 +155,12 @@ class _StudyInputs:
     texts: _RuleMadeTexts
     zeroshot_task: CaptionTask
     zeroshot_prompts: TextFeatureBank
+    phrase_swaps: PhraseSwapSet
     wall: dict[str, float]
 
 
 def _study_inputs(config: StudyConfig, out: Path) -> _StudyInputs:
-    """The tower features of every split (one pass, cached), then every rule-made caption and zero-shot prompt."""
+    """The tower features of every split (one pass, cached), then every rule-made caption, zero-shot prompt and independently written swap item."""
     cache_dir = Path(config.feature_cache) if config.feature_cache else out / "features"
     started = time.perf_counter()
     dataset = read_flickr8k(config.data)
@@ -165,8 +177,11 @@ def _study_inputs(config: StudyConfig, out: Path) -> _StudyInputs:
     texts = _rule_made_bank(encoder, rules, train, test, config, cache_dir)
     zeroshot_task = caption_task(vocabulary, test, config.zeroshot_min_images)
     zeroshot_prompts = TextFeatureBank(encoder, zeroshot_task.prompts(), cache_dir, progress=config.progress)
+    phrase_swaps = PhraseSwapSet.encode(encoder, independent_swap_items(
+        rules, test.captions, test.caption_image_index, config.items_per_kind), cache_dir, config.progress)
     wall["rule-made captions"] = time.perf_counter() - started
-    return _StudyInputs(encoder, splits, throughput, data_key, rules, texts, zeroshot_task, zeroshot_prompts, wall)
+    return _StudyInputs(encoder, splits, throughput, data_key, rules, texts, zeroshot_task, zeroshot_prompts,
+                        phrase_swaps, wall)
 
 
 def _measure(config: StudyConfig, inputs: _StudyInputs, editor) -> dict:
@@ -174,7 +189,7 @@ def _measure(config: StudyConfig, inputs: _StudyInputs, editor) -> dict:
     through the towers and those heads, where one is given."""
     figures = measure_model(inputs.encoder, inputs.splits["test"], inputs.texts.bank, inputs.rules, inputs.texts.items,
                             editor, config.edit.n_edits, config.rule_brittleness_captions, config.neighbours,
-                            inputs.zeroshot_task, inputs.zeroshot_prompts)
+                            inputs.zeroshot_task, inputs.zeroshot_prompts, inputs.phrase_swaps)
     return {**figures, **folder_zeroshot(inputs.encoder, "heads", config)}
 
 
@@ -305,6 +320,7 @@ SUMMARY_METRICS = (
     "mutual_knn/image", "mutual_knn/text", "brittleness/rule/all", "brittleness/counterfactual/all",
     "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel",
     "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "sugarcrepe_style/mean",
+    "phrase_swaps/swap_att", "phrase_swaps/swap_obj",
 )
 
 

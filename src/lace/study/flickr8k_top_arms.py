@@ -63,13 +63,20 @@ from lace.study.flickr8k_top import (
     top_splits,
 )
 from lace.study.heads import train_summary
-from lace.study.measure import item_correct, score_items, sugarcrepe_style_items
+from lace.study.measure import (
+    independent_swap_items,
+    item_correct,
+    score_items,
+    sugarcrepe_style_items,
+)
+from lace.study.phrase_swaps import VERSION as PHRASE_SWAPS_VERSION
 from lace.train import TrainConfig
 from lace.train.data import TopPairs
 
 BINDING_KINDS = ("swap_att", "swap_obj")
 METRICS = ("i2t/R@1", "t2i/R@1", "i2t/R@5", "t2i/R@5", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj",
-           "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel")
+           "sugarcrepe_style/replace_att", "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel",
+           "phrase_swaps/swap_att", "phrase_swaps/swap_obj")
 _SHOWN = ("i2t/R@1", "t2i/R@1", "sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj")
 
 
@@ -179,18 +186,30 @@ class SplitItems:
         self.items = sugarcrepe_style_items(rules, split_captions, split.caption_image_index, config.items_per_kind)
         self.states = cached_text_top_features(top.encoder, [item["negative_caption"] for item in self.items], cache,
                                                progress=config.progress)
+        # swap items written independently of the rule editor, encoded as its items are (`phrase_swaps/<kind>`)
+        self.phrase_items = independent_swap_items(rules, split_captions, split.caption_image_index,
+                                                   config.items_per_kind)
+        self.phrase_states = cached_text_top_features(
+            top.encoder, [item["negative_caption"] for item in self.phrase_items], cache,
+            progress=config.progress) if self.phrase_items else None
         self.config = config
 
     @torch.no_grad()
     def measure(self, top: TowersTop) -> dict:
         images, texts = embed_top_split(top, self.split)
-        negatives = encode_captions(top, self.states, np.arange(len(self.items)), chunk=512)
-        correct = item_correct(images, texts, negatives, self.items)  # (n_kind,) bool per kind
-        scores = score_items(images, texts, negatives, self.items)
+        correct, figures = {}, {}
+        for family, items, states in (("sugarcrepe_style", self.items, self.states),
+                                      ("phrase_swaps", self.phrase_items, self.phrase_states)):
+            if not items:
+                continue
+            negatives = encode_captions(top, states, np.arange(len(items)), chunk=512)
+            correct.update({f"{family}/{kind}": right
+                            for kind, right in item_correct(images, texts, negatives, items).items()})
+            figures.update({f"{family}/{kind}": value
+                            for kind, value in score_items(images, texts, negatives, items).items()})
         # and the user's image folder, where one is given, through the whole towers and this model's tops
-        return {**recall_of(images, texts, self.split),
-                **{f"sugarcrepe_style/{kind}": value for kind, value in scores.items()},
-                "items": {f"sugarcrepe_style/{kind}": right.astype(int).tolist() for kind, right in correct.items()},
+        return {**recall_of(images, texts, self.split), **figures,
+                "items": {name: right.astype(int).tolist() for name, right in correct.items()},
                 **folder_zeroshot(top.encoder, "tops", self.config)}
 
 
@@ -246,7 +265,7 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
                              out / "models" / "dictionary", log)), log)
     measured = SplitItems(base_top, sources.items_rules, splits[config.split], captions, cache, config)
     measure_key = stage_key(config.split, config.items_per_kind, config.zeroshot_root, config.zeroshot_classnames,
-                            config.zeroshot_templates)
+                            config.zeroshot_templates, PHRASE_SWAPS_VERSION)
     figures_by_arm = {"base": [runner.run(f"{config.split}-base", stage_key(base_key, measure_key),
                                 lambda: measured.measure(base_top))]}
     arms = _tops_arms(config, out, base_key, base_path, dictionary_key, len(finetune_split.image_maps), sources,
@@ -266,11 +285,16 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     metrics = METRICS + tuple(k for k in figures_by_arm["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
     result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
               "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
-              "items": len(measured.items), **figures,
+              "items": len(measured.items), "phrase_swap_items": _counts(measured.phrase_items), **figures,
               "summary": summarise_over_seeds(figures_by_arm, metrics, seconds), "runs": figures_by_arm}
     atomic_write_json(out / f"arms-{config.split}.json", result)
     atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
     return result
+
+
+def _counts(items: list[dict]) -> dict[str, int]:
+    kinds = [item["kind"] for item in items]
+    return {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)}
 
 
 def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Path, dictionary_key: str,
@@ -306,18 +330,46 @@ def arms_table(result: dict) -> str:
               "train s |"), "|---|---|---|---|---|---|---|---|"]
     plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
     for arm, figures in summary.items():
-        cells = [(f"{figures[c]['mean']:.3f} ± {figures[c]['std']:.3f} ({figures[c]['n']})" if figures[c]["n"] > 1
-                  else f"{figures[c]['mean']:.3f} (1)") if figures.get(c, {}).get("n") else "–" for c in columns]
-        delta = (f"{100 * (figures[columns[0]]['mean'] - plain):+.1f} pts"
-                 if plain is not None and figures.get(columns[0], {}).get("n") else "–")
         seconds = f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {delta} | {seconds} |")
+        lines.append(f"| {arm} | " + " | ".join(_cell(figures, c) for c in columns)
+                     + f" | {_delta(figures, columns[0], plain)} | {seconds} |")
+    lines += _phrase_swaps_table(result)
     for arm in (name for name in summary if name in LACE_ARMS):
         checks = target_checks(result.get("runs", {}), arm)
         if checks:
             lines += ["", f"The pre-registered Flickr8k targets for {arm} against plain:", ""]
             lines += [f"- {claims.describe(check)}" for check in checks]
     return "\n".join(lines) + "\n"
+
+
+def _phrase_swaps_table(result: dict) -> list[str]:
+    """The lines of a second table, apart from the rule editor's items: the swap items written independently."""
+    counts, summary = result.get("phrase_swap_items"), result["summary"]
+    if not counts:
+        return []
+    columns = ("phrase_swaps/swap_att", "phrase_swaps/swap_obj")
+    lines = ["", "Swap items written independently of the rule editor (`lace.study.phrase_swaps`: whole phrases "
+             "exchanged; items the rule editor can also write left out): "
+             + ", ".join(f"{kind} {n} items" for kind, n in counts.items()) + ".", "",
+             "| arm | i2t phrase swap-att | i2t phrase swap-obj | phrase swap-att − plain |", "|---|---|---|---|"]
+    plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
+    for arm, figures in summary.items():
+        lines.append(f"| {arm} | " + " | ".join(_cell(figures, c) for c in columns)
+                     + f" | {_delta(figures, columns[0], plain)} |")
+    return lines
+
+
+def _cell(figures: dict, column: str) -> str:
+    """Mean ± std (n) of one arm's column; a single run without ±; a dash when no run has it."""
+    entry = figures.get(column, {})
+    if not entry.get("n"):
+        return "–"
+    return f"{entry['mean']:.3f} ± {entry['std']:.3f} ({entry['n']})" if entry["n"] > 1 else f"{entry['mean']:.3f} (1)"
+
+
+def _delta(figures: dict, column: str, plain: float | None) -> str:
+    return f"{100 * (figures[column]['mean'] - plain):+.1f} pts" if plain is not None and figures.get(
+        column, {}).get("n") else "–"
 
 
 LACE_ARMS = ROLES["as_specified"] + ROLES["best"]
@@ -329,6 +381,11 @@ TOPS_TARGETS = tuple(
     claims.difference(f"{{best}} keeps {metric} within 2 points of {{plain}}", metric, "best", "plain", ">=", -0.02)
     for metric in ("i2t/R@1", "t2i/R@1"))
 """The pre-registered Flickr8k targets of a LACE arm against plain, on the measured split."""
+PHRASE_SWAP_TARGETS = tuple(
+    claims.difference(f"{{best}} beats {{plain}} on i2t {kind} written independently", f"phrase_swaps/{kind}", "best",
+                      "plain", ">")
+    for kind in BINDING_KINDS)
+"""The binding targets again on the independently written swap items: checked where the runs hold them."""
 
 
 def target_checks(runs: dict[str, list[dict]], arm: str = "LACE-local") -> list[claims.Verdict]:
@@ -338,7 +395,9 @@ def target_checks(runs: dict[str, list[dict]], arm: str = "LACE-local") -> list[
     if not runs.get(arm) or not runs.get("plain"):
         return []
     arms = dict.fromkeys(ROLE_NAMES) | {"plain": "plain", "best": arm}
-    return [claims.check(target, arms, claims.figures_samples(runs)) for target in TOPS_TARGETS]
+    measured = {key for figures in runs["plain"] for key in figures}
+    targets = TOPS_TARGETS + tuple(target for target in PHRASE_SWAP_TARGETS if target.figure in measured)
+    return [claims.check(target, arms, claims.figures_samples(runs)) for target in targets]
 
 
 __all__ = ["arm_train_config", "arms_table", "run_tops_study", "target_checks"]

@@ -1,5 +1,6 @@
-"""Everything measured on one model's test embeddings: retrieval, geometry, brittleness
-and SugarCrepe-style items made from the test captions by the rule editor.
+"""Everything measured on one model's test embeddings: retrieval, geometry, brittleness,
+SugarCrepe-style items made from the test captions by the rule editor, and swap items written
+independently of it (`lace.study.phrase_swaps`), reported apart as `phrase_swaps/<kind>`.
 
 Rule-made captions are encoded by the locked text tower once (`TextFeatureBank`); each
 model then only runs its text head on them.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from lace.study.features import (
     TextFeatureBank,
 )
 from lace.study.heads import embed_split
+from lace.study.phrase_swaps import phrase_swap_items
 from lace.study.zeroshot import class_embeddings
 
 # SugarCrepe's file names for the rule kinds that have a counterpart there (it also has
@@ -56,6 +59,36 @@ def sugarcrepe_style_items(
             found = [found[i] for i in keep]
         items.extend(found)
     return items
+
+
+def independent_swap_items(
+    rules: RuleNegatives, captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int, seed: int = 0,
+) -> list[dict]:
+    """The phrase writer's swap items (`phrase_swap_items`, same form as `sugarcrepe_style_items`) less any whose
+    negative the rule editor can also write (any kind, `RuleNegatives.make_all`): no part of the training
+    pipeline could have produced what is left."""
+
+    made: dict[str, set[str]] = {}
+
+    def rule_made(caption: str, negative: str) -> bool:
+        if caption not in made:
+            made[caption] = {text for texts in rules.make_all(caption).values() for text in texts}
+        return negative in made[caption]
+
+    return phrase_swap_items(captions, caption_image_index, per_kind, seed, exclude=rule_made)
+
+
+@dataclass
+class PhraseSwapSet:
+    """The independent swap items of a split and the bank holding their negatives' tower features."""
+
+    items: list[dict]
+    bank: TextFeatureBank | None
+
+    @classmethod
+    def encode(cls, encoder: TowersDualEncoder, items: list[dict], cache_dir, progress: bool = False) -> PhraseSwapSet:
+        texts = [item["negative_caption"] for item in items]
+        return cls(items, TextFeatureBank(encoder, texts, cache_dir, progress=progress) if texts else None)
 
 
 def rule_brittleness_texts(rules: RuleNegatives, test: SplitFeatures, max_captions: int, seed: int = 0) -> list[str]:
@@ -103,13 +136,20 @@ def measure_model(
     k: int = 10,
     zeroshot_task=None,
     zeroshot_prompts: TextFeatureBank | None = None,
+    phrase_swaps: PhraseSwapSet | None = None,
 ) -> dict:
     """Figures of one model on `test`; flat names as `lace eval` writes them, plus
-    `sugarcrepe_style/<kind>`, `nk/{i2t,t2i}` (the N_k of every gallery item) and, given a
-    `lace.study.zeroshot.CaptionTask` and the bank holding its prompts, `zeroshot/captions/*`."""
+    `sugarcrepe_style/<kind>`, `nk/{i2t,t2i}` (the N_k of every gallery item), given the independent swap
+    items `phrase_swaps/<kind>` and, given a `lace.study.zeroshot.CaptionTask` and the bank holding its prompts,
+    `zeroshot/captions/*`."""
     images, texts = embed_split(encoder, test)
     negatives = encoder.head_text(bank.lookup([item["negative_caption"] for item in items])) if items else None
     measures = ("geometry", "rule_brittleness") + (("counterfactual_brittleness",) if editor is not None else ())
+    phrase_items, phrase_negatives = [], None
+    if phrase_swaps is not None and phrase_swaps.items:
+        phrase_items = phrase_swaps.items
+        phrase_negatives = encoder.head_text(phrase_swaps.bank.lookup([i["negative_caption"] for i in phrase_items]))
+        measures += ("phrase_swaps",)
     split = MeasuredSplit(images, texts, test.caption_image_index, test.captions, BankTextEncoder(encoder, bank))
     classes = None
     if zeroshot_task is not None and zeroshot_task.classes:
@@ -119,7 +159,7 @@ def measure_model(
     return measure(split, MeasureConfig(measures + ("sugarcrepe_style", "n_k"), k=k, n_edits=n_edits,
                                         rule_captions=rule_captions, seed=0),
                    rules=rules, editor=editor, items=items, negatives=negatives, zeroshot_task=zeroshot_task,
-                   zeroshot_classes=classes)
+                   zeroshot_classes=classes, phrase_items=phrase_items, phrase_negatives=phrase_negatives)
 
 
 @register("sugarcrepe_style")
@@ -127,3 +167,10 @@ def _sugarcrepe_style(split: MeasuredSplit, config: MeasureConfig, inputs: dict)
     """`sugarcrepe_style/<kind>`: image->text accuracy on input `items` against their `negatives` (N, d)."""
     scores = score_items(split.images, split.texts, inputs.get("negatives"), inputs.get("items") or [])
     return {f"sugarcrepe_style/{name}": value for name, value in scores.items()}
+
+
+@register("phrase_swaps")
+def _phrase_swaps(split: MeasuredSplit, config: MeasureConfig, inputs: dict) -> dict:
+    """`phrase_swaps/<kind>`: image->text accuracy on the independent swap items against their negatives (N, d)."""
+    scores = score_items(split.images, split.texts, inputs["phrase_negatives"], inputs["phrase_items"])
+    return {f"phrase_swaps/{name}": value for name, value in scores.items()}

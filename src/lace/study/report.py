@@ -20,6 +20,7 @@ GEOMETRY = ("hubness/i2t/skewness", "hubness/t2i/skewness", "hubness/i2t/hub_occ
 COMPOSITION = ("brittleness/rule/all", "brittleness/counterfactual/all", "sugarcrepe_style/replace_att",
                "sugarcrepe_style/replace_obj", "sugarcrepe_style/replace_rel", "sugarcrepe_style/swap_att",
                "sugarcrepe_style/swap_obj", "sugarcrepe_style/mean")
+PHRASE_SWAPS = ("phrase_swaps/swap_att", "phrase_swaps/swap_obj")
 HUB_FIGURES = ("skewness", "robin_hood", "hub_occupancy", "antihub_rate", "largest_hub_share")
 
 
@@ -208,6 +209,12 @@ def _finetunes_section(report: Report, results: dict, out: Path) -> None:
     report.table(_variant_table(summary, COMPOSITION,
                                 "Brittleness (lower is better) and SugarCrepe-style accuracy (image->text; higher is "
                                 "better) on items made from test captions by the rule editor."))
+    counts = results["bank"].get("phrase_swap_items") or {}
+    if any(counts.values()):
+        report.table(_variant_table(summary, PHRASE_SWAPS, (
+            "Image->text accuracy on swap items written independently of the rule editor (lace.study.phrase_swaps: "
+            "whole phrases exchanged; items the rule editor can also write left out): "
+            + ", ".join(f"{kind} {n} items" for kind, n in counts.items()) + ".")))
     report.table(Table(["variant", "train seconds (mean)", "caption negative rows", "image negative rows"],
                        [[v, summary[v]["train_seconds"],
                          float(np.mean([r["train"]["caption_negative_rows"] for r in runs])),
