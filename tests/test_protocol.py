@@ -21,7 +21,7 @@ from lace.experiment.protocol import (
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import VARIANTS
 from lace.study.config import TOP_ARMS
-from lace.train import TrainConfig
+from lace.train.config import ArmConfig, train_config
 
 
 def test_a_run_has_one_label_one_folder_and_stage_names_from_it(tmp_path):
@@ -52,7 +52,7 @@ def test_runs_go_arm_by_arm_or_seed_by_seed():
 def test_arm_switches_are_every_field_a_variant_sets():
     assert {"counterfactual_captions", "local_image_negatives", "edited_rows_train_text"} <= set(ARM_SWITCHES)
     assert "edit" not in ARM_SWITCHES  # an arm's nested change (its edit kinds) is a knob of the ground too
-    fields = set(TrainConfig.__dataclass_fields__)
+    fields = set(ArmConfig.__dataclass_fields__)  # the arm part: what a VARIANTS row sets
     assert set(ARM_SWITCHES) <= fields
 
 
@@ -106,7 +106,7 @@ def test_measure_stages_of_chosen_steps_only(tmp_path):
 
 
 def test_refuse_set_fields_names_the_ground_the_field_and_what_sets_it():
-    default, given = TrainConfig(), TrainConfig(seed=7)
+    default, given = train_config(), train_config(seed=7)
     refuse_set_fields("ground", "finetune", default, default, ("seed",), "the ground")
     with pytest.raises(LaceInputError, match=r"^ground: field 'finetune.seed': expected 0: the ground sets it "
                                              r"\(its seeds\) \(got 7\)$"):

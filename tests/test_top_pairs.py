@@ -4,7 +4,6 @@ the caption its edit describes, whose token states are made through the text tow
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from functools import partial
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.encoders.towers import fresh_token_states
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.encoders.towers.top import TowersTop
@@ -88,9 +87,7 @@ def train_arm(top: TowersTop, arm: str, tmp_path, map_editor, texts: bool = True
     model = copy.deepcopy(top)
     given = {} if texts else {"caption_texts": None, "negative_texts": None}
     pairs = coloured_pairs(partial(fresh_token_states, model.encoder) if texts else None, **given)
-    config = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", vocabulary="natural",
-                                                output=str(tmp_path / f"{arm}-{texts}".replace(" ", "-")),
-                                                checkpoint_every=0, log_every=1), arm)
+    config = variant_config(with_changes(TINY_FINETUNE, {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / f"{arm}-{texts}".replace(" ", "-")), "checkpoint_every": 0, "log_every": 1}), arm)
     result = train(config, dataset=pairs, progress=False, encoder=model, local_editor=map_editor)
     return model, [json.loads(line) for line in result.metrics_path.read_text().splitlines()]
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lace.encoders import load_encoder
-from lace.train import TrainConfig, train
+from lace.train import train
+from lace.train.config import train_config
 from tests.conftest import make_images
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
@@ -18,7 +19,7 @@ def test_two_processes_match_one(tmp_path):
     colours = ["red", "green", "blue", "yellow"]
     (tmp_path / "pairs.csv").write_text("filepath,caption\n" + "".join(
         f"images/{n},a {colours[i % 4]} square left of a {'circle' if i % 2 else 'star'}\n" for i, n in enumerate(names)))
-    config = TrainConfig(model="lace-micro-32", data=str(tmp_path / "pairs.csv"), output=str(tmp_path / "one"),
+    config = train_config(model="lace-micro-32", data=str(tmp_path / "pairs.csv"), output=str(tmp_path / "one"),
                          steps=3, batch_size=8, lr=1e-3, warmup_steps=1, checkpoint_every=0, device="cpu",
                          caption_negatives=True, vocabulary=WORLD_VOCABULARY)
     single = train(config, progress=False)

@@ -8,7 +8,6 @@ pools the global batch, so the edits and the refit are those of one process.
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,10 @@ import torch
 from safetensors.torch import load_file
 
 import lace.train.loop
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
+from lace.train.config import train_config
 from tests.conftest import make_images
 from tests.distributed_support import TOLERANCE, free_port
 from tests.robustness.distributed_runs import plain_sgd
@@ -37,12 +37,10 @@ def configs(tmp_path_factory) -> dict[str, TrainConfig]:
     dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
     dictionary.save(folder / "dictionary")
     directions.save(folder / "dictionary")
-    plain = TrainConfig(model="lace-micro-32", data=str(folder / "pairs.csv"), output="", steps=3, batch_size=8,
+    plain = train_config(model="lace-micro-32", data=str(folder / "pairs.csv"), output="", steps=3, batch_size=8,
                         lr=0.5, warmup_steps=1, grad_clip_norm=None, checkpoint_every=0, device="cpu", seed=3)
-    lace_run = replace(plain, counterfactual_captions=True, counterfactual_images=True,
-                       dictionary=str(folder / "dictionary"), vocabulary=WORLD_VOCABULARY, caption_negatives=True,
-                       refresh_dictionary_every=1, refresh_pool_size=16, grad_accumulation=2)
-    return {name: replace(config, output=str(folder / f"{name}-two"))
+    lace_run = with_changes(plain, {"counterfactual_captions": True, "counterfactual_images": True, "dictionary": str(folder / "dictionary"), "vocabulary": WORLD_VOCABULARY, "caption_negatives": True, "refresh_dictionary_every": 1, "refresh_pool_size": 16, "grad_accumulation": 2})
+    return {name: with_changes(config, {"output": str(folder / f"{name}-two")})
             for name, config in (("plain", plain), ("lace", lace_run))}
 
 
@@ -50,7 +48,7 @@ def one_process(config: TrainConfig, monkeypatch, **changes) -> dict[str, torch.
     monkeypatch.setattr(lace.train.loop, "build_optimizer", plain_sgd)
     output = str(Path(config.output).with_name(Path(config.output).name.replace("-two", "-one")))
     changes.setdefault("output", output)
-    result = train(replace(config, overwrite=True, **changes), progress=False)
+    result = train(with_changes(config, {"overwrite": True, **changes}), progress=False)
     return {k: v.detach().clone() for k, v in result.model.state_dict().items()}
 
 

@@ -6,11 +6,12 @@ import argparse
 import os
 
 from lace.commands.common import add_progress_argument
-from lace.config import add_config_arguments, config_from_args
+from lace.config import add_config_arguments, config_from_args, flat_paths
 from lace.data.flickr8k import ENV_VARIABLE
 from lace.edits.config import EditConfig
 from lace.errors import input_error
 from lace.study.config import TOP_ARMS, TOPS_SET_BY_STUDY, TopsStudyConfig
+from lace.train.config import TrainConfig
 
 # TopsStudyConfig fields the command's own flags set (shared with the locked-tower study)
 TOPS_OWN_FLAGS = ("data", "out", "feature_cache", "seeds", "arms", "split", "edit", "zeroshot_root",
@@ -21,7 +22,7 @@ TOPS_OWN_FLAGS = ("data", "out", "feature_cache", "seeds", "arms", "split", "edi
 # choose, fitted on every training image by Gaussian transport), one rule-made negative per caption is cached,
 # and the dictionary takes the study's vocabulary.
 TOPS_NOT_ON_MAPS = ("local.layer", "local.locate_layer", "local.text_layer", "local.operator", "local.fit_images",
-                    "finetune.rule_negatives_per_caption", "dictionary.vocabulary")
+                    "finetune.negatives.rule_negatives_per_caption", "dictionary.vocabulary")
 
 
 def add_parser(subparsers) -> None:
@@ -68,7 +69,7 @@ def add_parser(subparsers) -> None:
                       help="split to measure on (default: val; test once, at the end: it reuses every trained model)")
     add_config_arguments(flickr, EditConfig, prefix="edit.")
     add_config_arguments(flickr, TopsStudyConfig,
-                         skip=TOPS_OWN_FLAGS + tuple(f"finetune.{name}" for name in TOPS_SET_BY_STUDY)
+                         skip=TOPS_OWN_FLAGS + tuple(f"finetune.{flat_paths(TrainConfig)[name]}" for name in TOPS_SET_BY_STUDY)
                          + TOPS_NOT_ON_MAPS)
     add_progress_argument(flickr)
     flickr.set_defaults(func=run)

@@ -6,13 +6,14 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
+from lace.config import flat_paths
 from lace.edits.config import EDIT_KINDS, EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import CHOSEN_BEST, ROLES, check_variants, with_caption_negatives
 from lace.local.config import LocalEditConfig
-from lace.train.config import TrainConfig
+from lace.train.config import TrainConfig, train_config
 
 CORE_VARIANTS = (*ROLES["plain"], *ROLES["text_only"], *ROLES["as_specified"], CHOSEN_BEST,
                  with_caption_negatives(CHOSEN_BEST))
@@ -56,8 +57,8 @@ random directions shaped by the data's covariance (the library default) are them
 concepts that span a tiny model's space, which left most concepts of the world without an atom."""
 SET_BY_THE_DEMO = ("vocabulary", "seed")
 """Dictionary fields the demo sets itself: its world's vocabulary and its --seed."""
-DEMO_FINETUNE = TrainConfig(steps=250, lr=5e-4, edit=EditConfig(kinds=EDIT_KINDS), device="cpu", overwrite=True,
-                            checkpoint_every=0, log_every=25)
+DEMO_FINETUNE = train_config(steps=250, lr=5e-4, edit=EditConfig(kinds=EDIT_KINDS), device="cpu", overwrite=True,
+                             checkpoint_every=0, log_every=25)
 """The demo's fine-tune: 250 steps at peak learning rate 5e-4, METHOD.md's three edit kinds plus rebind, on the
 CPU, one checkpoint at the end."""
 FINETUNE_SET_BY_THE_DEMO = (
@@ -134,12 +135,13 @@ class DemoConfig:
     FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
         "dictionary.atoms": ("--atoms",), "dictionary.sparsity": ("--sparsity",),
         **{f"dictionary.{name}": () for name in SET_BY_THE_DEMO},
-        **{f"finetune.edit.{f.name}": (f"--edit-{f.name.replace('_', '-')}",) for f in fields(EditConfig)},
-        "finetune.edit.n_edits": ("--n-edits", "--edit-n-edits"),
-        **{f"finetune.local.{f.name}": (f"--local-{f.name.replace('_', '-')}",) for f in fields(LocalEditConfig)},
-        "finetune.counterfactual_weight": ("--counterfactual-weight",),
-        "finetune.refresh_dictionary_every": ("--refresh-dictionary-every",),
-        **{f"finetune.{name}": () for name in FINETUNE_SET_BY_THE_DEMO}}
+        **{f"finetune.negatives.edit.{f.name}": (f"--edit-{f.name.replace('_', '-')}",) for f in fields(EditConfig)},
+        "finetune.negatives.edit.n_edits": ("--n-edits", "--edit-n-edits"),
+        **{f"finetune.negatives.local.{f.name}": (f"--local-{f.name.replace('_', '-')}",)
+           for f in fields(LocalEditConfig)},
+        "finetune.negatives.counterfactual_weight": ("--counterfactual-weight",),
+        "finetune.negatives.refresh_dictionary_every": ("--refresh-dictionary-every",),
+        **{f"finetune.{flat_paths(TrainConfig)[name]}": () for name in FINETUNE_SET_BY_THE_DEMO}}
     """The flags from before the dictionary and the fine-tune were nested configs; no flag for what the demo
     sets."""
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.data.world import WorldConfig, generate_world
 from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, DemoConfig
 from lace.demo.dictionary_stage import (
@@ -62,7 +62,8 @@ from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json, read_json
-from lace.train import TensorPairs, TrainConfig, export_run, train
+from lace.train import TensorPairs, export_run, train
+from lace.train.config import train_config as train_config_of
 
 INSTRUMENT_EDITS = 4
 """M of the one instrument every model's brittleness to counterfactual edits is measured with (the default editor
@@ -217,7 +218,7 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
                       labelled) -> BaseMeasures:
     """Edit retrieval, and the base's zero-shot figures and evaluation, each one cached stage."""
     world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
-    edit_key = stage_key(foundation.dictionary_key, config.finetune.edit.strength, config.finetune.edit.n_edits)
+    edit_key = stage_key(foundation.dictionary_key, config.finetune.negatives.edit.strength, config.finetune.negatives.edit.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
     # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
@@ -242,7 +243,7 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
                            arms: ArmStages) -> tuple[list[Stage], Stage | dict]:
     """The stages that run side by side: every fine-tune (costliest arm first), WiSE-FT, the edit grids, then each
     fine-tune's evaluation and zero-shot; with the WiSE-FT stage (or the summary saying why it was skipped)."""
-    grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.edit), "grids"),
+    grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.negatives.edit), "grids"),
                   partial(edit_grids_stage, labelled, foundation.encoder, foundation.world_dir, config, out / "figures"))
     wise_ft = _wise_ft(config, out, foundation.base_key, arms, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest arm first,
@@ -342,7 +343,8 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, arms: ArmStages, zero
 def measures_provenance(config: DemoConfig) -> bool:
     """Whether the demo runs the provenance stage: with --full or chosen arms, when some variant edits the images
     themselves (inside the image tower, or by the renderer); the default demo, kept short, does not."""
-    return bool(config.full or config.only_variants) and any(trained.local_image_negatives or trained.rendered_negatives
+    return bool(config.full or config.only_variants) and any(trained.arm.local_image_negatives
+                                                             or trained.arm.rendered_negatives
                for trained in (variant_config(config.finetune, variant) for variant in config.variants))
 
 
@@ -365,9 +367,9 @@ def _provenance(config: DemoConfig, foundation: Foundation, coco: TensorPairs, p
                 decoded: dict) -> Provenance:
     """The provenance probe of this demo (the instrument is fitted only when some stage needs it)."""
     instrument = ProvenanceInstrument(
-        partial(fit_instrument, config.finetune.local, foundation.encoder, coco, foundation.vocabulary, config.seed),
+        partial(fit_instrument, config.finetune.negatives.local, foundation.encoder, coco, foundation.vocabulary, config.seed),
         partial(held_out_split, foundation.world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
-    key = stage_key(foundation.base_key, config_to_dict(config.finetune.local), config.seed, "provenance")
+    key = stage_key(foundation.base_key, config_to_dict(config.finetune.negatives.local), config.seed, "provenance")
     return Provenance(instrument, key, config.model, config.progress and config.workers <= 1)
 
 
@@ -404,7 +406,7 @@ def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
     """What a variant's fine-tune depends on beyond the base, the data order, the general knobs and the seed."""
     keys = [lace_key if uses_counterfactuals(variant) else None]
     if uses_local(variant):
-        keys.append(stage_key(config_to_dict(config.finetune.local)))
+        keys.append(stage_key(config_to_dict(config.finetune.negatives.local)))
     return keys
 
 
@@ -435,14 +437,14 @@ def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
 
 def _warmup_steps(config: DemoConfig) -> int:
     """Warm-up of the base and of every fine-tune: a tenth of the fine-tune's steps, at least 1, at most 50."""
-    return min(50, max(1, config.finetune.steps // 10))
+    return min(50, max(1, config.finetune.run.steps // 10))
 
 
 def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path) -> dict:
-    train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
-                               batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
-                               warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
-                               lr=config.base_lr, seed=config.pretraining_seed, loss=config.loss)
+    train_config = train_config_of(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
+                                   batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
+                                   warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
+                                   lr=config.base_lr, seed=config.pretraining_seed, loss=config.loss)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -461,11 +463,11 @@ def _finetune(config: DemoConfig, run: Run, pairs: TensorPairs, out: Path, base_
     """One fine-tune: `config.finetune` with what the demo sets and `run`'s arm's delta, exported to
     `run.model_file(out, ".pt")`; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
-    train_config = variant_config(replace(
-        config.finetune, model=config.model, output=str(run.run_folder(out)),
-        batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=run.seed,
-        vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), run.arm)
-    editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
+    train_config = variant_config(with_changes(config.finetune, {
+        "model": config.model, "output": str(run.run_folder(out)),
+        "batch_size": config.batch_size, "warmup_steps": _warmup_steps(config), "pretrained": str(base_path), "seed": run.seed,
+        "vocabulary": vocabulary, "loss": config.loss, "data": str(Path(vocabulary).parent / "karpathy_coco.json")}), run.arm)
+    editor = build_editor(labelled, train_config.negatives.edit) if train_config.arm.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)
     export_run(result.run_dir, run.model_file(out, ".pt"), overwrite=True)

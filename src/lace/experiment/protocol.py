@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
 
+from lace.config import config_to_dict
 from lace.errors import input_error
 from lace.experiment.parallel import Stage
 from lace.experiment.variants import VARIANTS
@@ -36,8 +37,9 @@ def refuse_set_fields(where: str, part: str, given: object, default: object, nam
     """Refuse a field of `given` (the nested config `part` of a ground's config) among `names` that differs from
     `default`'s: `setter` (the ground) sets it itself, for the reason `why`, so a value given there would be
     silently replaced."""
+    given, default = config_to_dict(given), config_to_dict(default)
     for name in names:
-        value, expected = getattr(given, name), getattr(default, name)
+        value, expected = given[name], default[name]
         if value != expected:
             raise input_error(where, f"{part}.{name}", f"{expected!r}: {setter} sets it" + (f" ({why})" if why else ""),
                               value)

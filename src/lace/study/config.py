@@ -14,7 +14,7 @@ from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig
-from lace.train.config import TrainConfig
+from lace.train.config import TrainConfig, train_config
 
 
 @dataclass(frozen=True)
@@ -168,8 +168,8 @@ TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives"
             "LACE-local image-side pairs + caption negatives")
 """Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order."""
 
-TOPS_FINETUNE = TrainConfig(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_size=256, warmup_steps=20,
-                            weight_decay=0.1, grad_clip_norm=None, precision="fp32", device="cpu")
+TOPS_FINETUNE = train_config(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_size=256, warmup_steps=20,
+                             weight_decay=0.1, grad_clip_norm=None, precision="fp32", device="cpu")
 """The tops' fine-tune, as the protocol chose it on validation (docs/flickr8k-top.md): heads and scale at 5e-4,
 the pretrained top layers at a tenth of it, 8 epochs of batch 256 over the fine-tune images (88 steps), no
 gradient clipping (the setting the recorded figures were trained with)."""

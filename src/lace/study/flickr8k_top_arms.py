@@ -26,7 +26,7 @@ import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.data.flickr8k import read_flickr8k
 from lace.edits import build_editor
 from lace.edits.captions import RuleNegatives
@@ -83,10 +83,10 @@ def arm_train_config(config: TopsStudyConfig, arm: str, seed: int, n_images: int
     """The `TrainConfig` of one fine-tune: the study's `finetune` settings, editor and local edits, then `arm`'s
     switches (`lace.experiment.variants`)."""
     finetune = config.finetune
-    base = dataclasses.replace(
-        finetune, model="lace-towers", output=str(output), overwrite=True, seed=seed,
-        batch_size=min(finetune.batch_size, n_images), edit=config.edit, local=config.local,
-        vocabulary=config.vocabulary, checkpoint_every=0, keep_checkpoints=1, log_every=1)
+    base = with_changes(finetune, {
+        "model": "lace-towers", "output": str(output), "overwrite": True, "seed": seed,
+        "batch_size": min(finetune.run.batch_size, n_images), "edit": config.edit, "local": config.local,
+        "vocabulary": config.vocabulary, "checkpoint_every": 0, "keep_checkpoints": 1, "log_every": 1})
     return variant_config(base, arm)
 
 
@@ -98,7 +98,7 @@ class ArmSources:
         self.config, self.out, self.cache, self.splits, self.log = config, out, cache, splits, log
         self.finetune_split, self.captions, self.dictionary_stage = finetune_split, captions, dictionary_stage
         vocabulary = load_vocabulary(config.vocabulary)
-        self.rules = RuleNegatives(vocabulary, config.finetune.rule_negative_kinds)  # the training negatives' kinds
+        self.rules = RuleNegatives(vocabulary, config.finetune.negatives.rule_negative_kinds)  # the training negatives' kinds
         self.items_rules = RuleNegatives(vocabulary)  # every kind, for the measured items
         self._negatives = self._editor = self._map_editor = None
 
@@ -133,9 +133,9 @@ class ArmSources:
     def inputs(self, top: TowersTop, train_config: TrainConfig) -> dict:
         """The `lace.train.train` inputs of one fine-tune of `top`."""
         inputs = {"dataset": self.pairs(top), "encoder": top}
-        if train_config.uses_counterfactuals:
+        if train_config.arm.uses_counterfactuals:
             inputs["editor"] = self.editor()
-        if train_config.local_image_negatives:
+        if train_config.arm.local_image_negatives:
             inputs["local_editor"] = self.map_editor()
         return inputs
 
@@ -268,7 +268,7 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     figures_by_arm.update(by_arm(arms.results(results, config.split)))
     seconds = {arm: [trained["seconds"] for trained in runs_of_arm]
                for arm, runs_of_arm in by_arm(arms.results(results)).items()}
-    if sources._map_editor is not None or any(variant_config(TrainConfig(), a).local_image_negatives
+    if sources._map_editor is not None or any(variant_config(TrainConfig(), a).arm.local_image_negatives
                                               for a in config.arms):
         figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.local)),
                                              lambda: fit_local_sources(splits["train"], splits["val"], captions,
@@ -293,8 +293,8 @@ def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Pat
 
     def train_key(run: Run) -> str:
         train_config = train_configs[run]
-        return stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
-                         dictionary_key if train_config.uses_counterfactuals else None)
+        return stage_key(base_key, config_to_dict(with_changes(train_config, {"output": ""})),
+                         dictionary_key if train_config.arm.uses_counterfactuals else None)
 
     def train(run: Run) -> dict:
         model, checkpoint = load_top(base_path), run.model_file(out, ".safetensors")
