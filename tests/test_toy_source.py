@@ -35,13 +35,13 @@ class NudgedImages(NegativeSource):
     steps_seen: ClassVar[list[int]] = []  # the steps its upkeep ran after, across the run
 
     def negatives(self, micro, negatives) -> None:
-        generators = RowGenerators(micro.row_seeds(self.config.seed, TOY_STREAM))
+        generators = RowGenerators(micro.row_seeds(self.config.run.seed, TOY_STREAM))
         U = micro.U  # (B, d) with gradient
         noise = normal((U.shape[0], 2, U.shape[1]), generators, U.device)
         valid = torch.ones(U.shape[0], 2, dtype=torch.bool, device=U.device)
         valid[0] = False
         negatives.add_image_edits(F.normalize(U[:, None] + 0.3 * noise, dim=-1), valid,
-                                  self.config.edited_image_columns, None)
+                                  self.config.arm.edited_image_columns, None)
 
     def after_step(self, step: int) -> bool:
         NudgedImages.steps_seen.append(step)

@@ -1,7 +1,6 @@
 """The training arms of the binding study: one switch each, the paired-caption formula, the ceiling's
 rendered negative, and one process against two for LACE-local."""
 
-import dataclasses
 import json
 
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lace.config import with_changes
+from lace.config import config_to_dict, with_changes
 from lace.data.world import render_scene
 from lace.data.world.counterfactuals import colour_swapped
 from lace.data.world.folder import read_scenes, read_world_config
@@ -31,7 +30,9 @@ def world(tmp_path_factory):
 
 
 def _differences(config, other) -> set[str]:
-    return {f.name for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(other, f.name)}
+    """The keys (as YAML names them) whose values differ."""
+    written, other_written = config_to_dict(config), config_to_dict(other)
+    return {name for name, value in written.items() if value != other_written[name]}
 
 
 @pytest.mark.parametrize("name", [name for name in VARIANTS if name != "plain"])
