@@ -7,6 +7,7 @@ import pytest
 from lace.config import (
     add_config_arguments,
     config_from_args,
+    config_from_dict,
     config_to_dict,
     field_docs,
     load_config,
@@ -173,3 +174,26 @@ def test_train_keeps_the_flag_and_yaml_key_of_m_after_it_moved_into_the_editor(t
     path = tmp_path / "train.yaml"
     path.write_text("n_edits: 5\n")
     assert config_from_args(TrainConfig, parser.parse_args([]), yaml_path=path).negatives.edit.n_edits == 5
+
+
+def test_train_config_reads_flat_and_nested_keys_alike_and_writes_the_flat_form_old_run_folders_have(tmp_path):
+    from lace.train.config import TrainConfig, train_config
+
+    flat = tmp_path / "flat.yaml"  # a YAML file, or a run folder's config.json, from before the split
+    flat.write_text("lr: 0.0001\ncaption_negatives: true\nsteps: 7\nedit: {n_edits: 2}\nlocal_layer: layer2\n"
+                    "log_every: 3\nvocabulary: v.yaml\n")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("optim: {lr: 0.0001}\narm: {caption_negatives: true}\nrun: {steps: 7, vocabulary: v.yaml}\n"
+                      "negatives: {edit: {n_edits: 2}, local: {layer: layer2}}\nlog: {log_every: 3}\n")
+    config = load_config(TrainConfig, flat)
+    assert config == load_config(TrainConfig, nested) == train_config(
+        lr=1e-4, caption_negatives=True, steps=7, n_edits=2, local_layer="layer2", log_every=3, vocabulary="v.yaml")
+    assert (config.optim.lr, config.arm.caption_negatives, config.run.steps, config.negatives.edit.n_edits,
+            config.negatives.local.layer, config.log.log_every) == (1e-4, True, 7, 2, "layer2", 3)
+    written = config_to_dict(config)  # what config.json holds: every key at the top, as before the split
+    assert written["lr"] == 1e-4 and written["edit"]["n_edits"] == 2 and "optim" not in written
+    assert config_from_dict(TrainConfig, written) == config
+    both = tmp_path / "both.yaml"
+    both.write_text("n_edits: 3\nedit: {n_edits: 2}\n")
+    with pytest.raises(LaceInputError, match="also given"):
+        load_config(TrainConfig, both)
