@@ -29,10 +29,10 @@ def test_the_full_demo_runs_the_pairs_arms_and_the_default_demo_does_not():
     plain, text_only, as_specified, best, best_with_captions = CORE_VARIANTS
     assert (plain, text_only, as_specified) == (ROLES["plain"][0], ROLES["text_only"][0], ROLES["as_specified"][0])
     assert best == CHOSEN_BEST in ROLES["best"] and best_with_captions == with_caption_negatives(best)
-    assert variant_config(DEMO_FINETUNE, best_with_captions).arm.caption_negatives
+    assert variant_config(DEMO_FINETUNE.train_config(), best_with_captions).arm.caption_negatives
     assert not set(CORE_VARIANTS) & set(FULL_VARIANTS) and "LACE + caption negatives" in full
     for arm in PAIRS_ARMS:
-        trained = variant_config(DEMO_FINETUNE, arm)
+        trained = variant_config(DEMO_FINETUNE.train_config(), arm)
         assert trained.arm.edited_image_rows and trained.arm.edited_image_columns == (arm == "LACE-local pairs + column")
         with_changes(trained, {"vocabulary": "vocabulary.yaml"}).validate()  # the demo gives every fine-tune its vocabulary
 

@@ -182,7 +182,7 @@ def test_cached_tower_tops_refuse_refits_and_fidelity(tmp_path):
 
     torch.manual_seed(0)
     top = TowersTop(TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1)))
-    base = variant_config(with_changes(TINY_FINETUNE, {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / "run"), "checkpoint_every": 0}), "LACE-local")
+    base = variant_config(with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / "run"), "checkpoint_every": 0}), "LACE-local")
     for field in ("refresh_every", "fidelity_every"):
         config = with_changes(base, {"local": replace(LocalEditConfig(), **{field: 2})})
         with pytest.raises(LaceInputError, match=f"local.{field}.*frozen"):

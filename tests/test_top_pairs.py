@@ -87,7 +87,7 @@ def train_arm(top: TowersTop, arm: str, tmp_path, map_editor, texts: bool = True
     model = copy.deepcopy(top)
     given = {} if texts else {"caption_texts": None, "negative_texts": None}
     pairs = coloured_pairs(partial(fresh_token_states, model.encoder) if texts else None, **given)
-    config = variant_config(with_changes(TINY_FINETUNE, {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / f"{arm}-{texts}".replace(" ", "-")), "checkpoint_every": 0, "log_every": 1}), arm)
+    config = variant_config(with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / f"{arm}-{texts}".replace(" ", "-")), "checkpoint_every": 0, "log_every": 1}), arm)
     result = train(config, dataset=pairs, progress=False, encoder=model, local_editor=map_editor)
     return model, [json.loads(line) for line in result.metrics_path.read_text().splitlines()]
 

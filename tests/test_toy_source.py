@@ -89,7 +89,7 @@ def features_run(tmp_path, arm: str):
 def tops_run(tmp_path, arm: str, top):
     import copy
 
-    config = with_changes(TINY_FINETUNE, {"model": "lace-towers", "output": str(tmp_path / f"tops-{arm}"), "checkpoint_every": 0, "log_every": 1})
+    config = with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "output": str(tmp_path / f"tops-{arm}"), "checkpoint_every": 0, "log_every": 1})
     return train(variant_config(config, arm), dataset=tiny_pairs(), progress=False, encoder=copy.deepcopy(top))
 
 

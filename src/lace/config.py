@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from lace.errors import LaceInputError
+from lace.errors import LaceInputError, input_error
 
 ConfigT = TypeVar("ConfigT")
 
@@ -245,6 +245,7 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(str(key) for key in set(values) - names)
     if unknown:
+        refuse_set_elsewhere(cls, values, None, source)
         raise LaceInputError(
             f"{source}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
         )
@@ -258,6 +259,7 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
     for key, value in values.items():
         nested = _nested(hints[key])
         if nested is not None and isinstance(value, dict):
+            refuse_set_elsewhere(nested, value, key, source)
             default = _default(fields[key])
             value = flags_as_fields(nested, value, f"{source}: field '{key}'")  # flat keys into their parts first
             written = flags_as_fields(nested, config_to_dict(default)) if default is not None else {}
@@ -270,6 +272,37 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         return cls(**converted)
     except ValueError as error:  # a config's own checks (`__post_init__`), named with the source
         raise LaceInputError(f"{source}: {error}") from error
+
+
+def refused_setting(where: str, field: str, expected: str, setter: str, why: str, got: Any) -> LaceInputError:
+    """The one error of a config given a setting made elsewhere: `<where>: field '<field>': expected <expected>:
+    <setter> sets it (<why>) (got <got>)`."""
+    return input_error(where, field, f"{expected}: {setter} sets it" + (f" ({why})" if why else ""), got)
+
+
+def refuse_set_fields(where: str, part: str, given: Any, default: Any, names: tuple[str, ...], setter: str,
+                      why: str = "") -> None:
+    """Refuse a field of `given` (the nested config `part`) among `names` that differs from `default`'s: `setter`
+    sets it itself, so a value given there would be silently replaced."""
+    for name in names:
+        value, expected = getattr(given, name), getattr(default, name)
+        if value != expected:
+            raise refused_setting(where, f"{part}.{name}", repr(expected), setter, why, value)
+
+
+def refuse_set_elsewhere(cls: type, values: dict[str, Any], name: str | None, source: str) -> None:
+    """Refuse each key of `values` (given for field `name`, a `cls`; or for `cls` itself) that `cls` does not hold but
+    the whole config it
+    is the user's share of does (`SET_ELSEWHERE = (whole, setter, why)`: a ground's fine-tune holds the parts of a
+    `TrainConfig` its user sets, the ground sets the rest)."""
+    whole, setter, why = getattr(cls, "SET_ELSEWHERE", (None, "", ""))
+    if whole is None:
+        return
+    own = {f.name for f in dataclasses.fields(cls)} | set(flat_paths(cls)) | set(flag_dests(cls))
+    theirs = {f.name for f in dataclasses.fields(whole)} | set(flat_paths(whole)) | set(flag_dests(whole))
+    for key, value in values.items():
+        if key not in own and key in theirs:
+            raise refused_setting(source, f"{name}.{key}" if name else key, "no setting here", setter, why, value)
 
 
 def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -407,12 +440,14 @@ def with_changes(config: ConfigT, changes: dict[str, Any], source: str = "change
     names = {f.name for f in dataclasses.fields(config)}
     unknown = sorted(str(key) for key in set(changes) - names)
     if unknown:
+        refuse_set_elsewhere(type(config), changes, None, source)
         raise LaceInputError(f"{source}: unknown field(s) {unknown} for {type(config).__name__}; expected some of "
                              f"{sorted(names | set(flat_paths(type(config))))}")
     resolved = {}
     for name, value in changes.items():
         current = getattr(config, name)
         if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            refuse_set_elsewhere(type(current), value, name, source)
             value = with_changes(current, value, f"{source}: field '{name}'")
         resolved[name] = value
     return dataclasses.replace(config, **resolved)

@@ -63,6 +63,7 @@ from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json, read_json
 from lace.train import TensorPairs, export_run, train
+from lace.train.config import TrainConfig
 from lace.train.config import train_config as train_config_of
 
 INSTRUMENT_EDITS = 4
@@ -345,7 +346,7 @@ def measures_provenance(config: DemoConfig) -> bool:
     themselves (inside the image tower, or by the renderer); the default demo, kept short, does not."""
     return bool(config.full or config.only_variants) and any(trained.arm.local_image_negatives
                                                              or trained.arm.rendered_negatives
-               for trained in (variant_config(config.finetune, variant) for variant in config.variants))
+               for trained in (variant_config(TrainConfig(), variant) for variant in config.variants))
 
 
 @dataclass
@@ -437,7 +438,7 @@ def _generate(world: WorldConfig, world_dir: Path, progress: bool) -> dict:
 
 def _warmup_steps(config: DemoConfig) -> int:
     """Warm-up of the base and of every fine-tune: a tenth of the fine-tune's steps, at least 1, at most 50."""
-    return min(50, max(1, config.finetune.run.steps // 10))
+    return min(50, max(1, config.finetune.steps // 10))
 
 
 def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path) -> dict:
@@ -463,10 +464,10 @@ def _finetune(config: DemoConfig, run: Run, pairs: TensorPairs, out: Path, base_
     """One fine-tune: `config.finetune` with what the demo sets and `run`'s arm's delta, exported to
     `run.model_file(out, ".pt")`; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
-    train_config = variant_config(with_changes(config.finetune, {
-        "model": config.model, "output": str(run.run_folder(out)),
-        "batch_size": config.batch_size, "warmup_steps": _warmup_steps(config), "pretrained": str(base_path), "seed": run.seed,
-        "vocabulary": vocabulary, "loss": config.loss, "data": str(Path(vocabulary).parent / "karpathy_coco.json")}), run.arm)
+    train_config = variant_config(with_changes(config.finetune.train_config(
+        model=config.model, output=str(run.run_folder(out)), batch_size=config.batch_size, pretrained=str(base_path),
+        seed=run.seed, vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")),
+        {"warmup_steps": _warmup_steps(config)}), run.arm)
     editor = build_editor(labelled, train_config.negatives.edit) if train_config.arm.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)

@@ -83,10 +83,10 @@ def arm_train_config(config: TopsStudyConfig, arm: str, seed: int, n_images: int
     """The `TrainConfig` of one fine-tune: the study's `finetune` settings, editor and local edits, then `arm`'s
     switches (`lace.experiment.variants`)."""
     finetune = config.finetune
-    base = with_changes(finetune, {
-        "model": "lace-towers", "output": str(output), "overwrite": True, "seed": seed,
-        "batch_size": min(finetune.run.batch_size, n_images), "edit": config.edit, "local": config.local,
-        "vocabulary": config.vocabulary, "checkpoint_every": 0, "keep_checkpoints": 1, "log_every": 1})
+    base = finetune.train_config(model="lace-towers", output=str(output), overwrite=True, seed=seed,
+                                 batch_size=min(finetune.batch_size, n_images), vocabulary=config.vocabulary,
+                                 checkpoint_every=0, keep_checkpoints=1)
+    base = with_changes(base, {"log_every": 1})
     return variant_config(base, arm)
 
 
@@ -121,7 +121,7 @@ class ArmSources:
         """The pooled LACE editor over the base's dictionary, with the study's editor knobs."""
         if self._editor is None:
             self.dictionary_stage()
-            self._editor = build_editor(load_labelled_dictionary(self.out / "models" / "dictionary"), self.config.edit)
+            self._editor = build_editor(load_labelled_dictionary(self.out / "models" / "dictionary"), self.config.finetune.negatives.edit)
         return self._editor
 
     def map_editor(self) -> MapEditor:
@@ -151,7 +151,7 @@ def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocab
                       log=print) -> tuple[MapEditor, dict]:
     """The map editor of the local group fitted on the training images, and its figures: the share of validation
     images with a valid edit per slot, the reader's fit, and the local codes' alignment."""
-    started, group, n_edits = time.perf_counter(), config.local.group, config.local.n_edits
+    started, group, n_edits = time.perf_counter(), config.finetune.negatives.local.group, config.finetune.negatives.local.n_edits
     mentions, names = group_mentions(vocabulary, group, captions_per_image(train, captions))
     maps = torch.from_numpy(np.asarray(train.image_maps))
     editor = fit_map_editor(maps, mentions, names, seed=0)
@@ -270,7 +270,7 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
                for arm, runs_of_arm in by_arm(arms.results(results)).items()}
     if sources._map_editor is not None or any(variant_config(TrainConfig(), a).arm.local_image_negatives
                                               for a in config.arms):
-        figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.local)),
+        figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.finetune.negatives.local)),
                                              lambda: fit_local_sources(splits["train"], splits["val"], captions,
                                                                        load_vocabulary(config.vocabulary), config,
                                                                        log)[1])
