@@ -213,9 +213,9 @@ def test_the_tops_study_offers_the_pairs_arms_and_sets_their_switches(tmp_path, 
     assert config.arms == PAIRS_ARMS and config.validate() is config
     for arm in PAIRS_ARMS:
         made = arm_train_config(config, arm, seed=0, n_images=10, output=tmp_path)
-        assert made.edited_image_rows and made.local_image_negatives
-        assert made.edited_image_columns == (arm in COLUMN_ARMS)
-        assert made.edited_rows_real_image_negative == arm.endswith("real-image negative")
+        assert made.arm.edited_image_rows and made.arm.local_image_negatives
+        assert made.arm.edited_image_columns == (arm in COLUMN_ARMS)
+        assert made.arm.edited_rows_real_image_negative == arm.endswith("real-image negative")
     with pytest.raises(SystemExit):  # an arm's own switch, never a study-wide flag
         main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(tmp_path / "x"),
               "--finetune-edited-image-rows"])
