@@ -138,8 +138,8 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
     config = train_config(local_image_negatives=True, local=LocalEditConfig(layer=layer, n_edits=n_edits),
                          vocabulary="world")
     started = time.perf_counter()
-    editor = build_local_editor(config.local, encoder.model, pixels[:fit_images],
-                                [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.seed)
+    editor = build_local_editor(config.negatives.local, encoder.model, pixels[:fit_images],
+                                [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.run.seed)
     fit_seconds = time.perf_counter() - started
     pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
     rules, batch_captions = RuleNegatives(vocabulary), captions[fit_images:]

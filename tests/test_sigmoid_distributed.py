@@ -77,7 +77,7 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
     assert float(softmax_two["model.logit_bias"]) == -10.0
     # the check can fail: a doubled gradient (summed, not averaged, over the processes) is under plain SGD a
     # doubled learning rate, and moves the weights far beyond the tolerance
-    doubled = one_process(config, monkeypatch, lr=2 * config.lr, output=str(tmp_path / "doubled"))
+    doubled = one_process(config, monkeypatch, lr=2 * config.optim.lr, output=str(tmp_path / "doubled"))
     moved = largest_difference(doubled, one)
     print(f"a doubled gradient moves the weights by up to {moved:.2e}")
     assert moved > 100 * TOLERANCE

@@ -25,7 +25,7 @@ def test_two_processes_match_one(tmp_path):
     single = train(config, progress=False)
     weights = train_in_two_processes(config, tmp_path / "two")
     assert_same_weights(weights, single.model.state_dict())
-    torch.manual_seed(config.seed)  # the initial weights, to check that training moved them
+    torch.manual_seed(config.run.seed)  # the initial weights, to check that training moved them
     fresh = load_encoder("lace-micro-32", None).state_dict()
     moved = sum(not torch.equal(fresh[k], weights[k]) for k in weights if k in fresh)
     assert moved > 10

@@ -94,7 +94,7 @@ def one_step(arm: str, world: Path, out: Path, device: str, precision: str, edit
     """Train arm `arm` one step on `device` (`changes`: other `TrainConfig` fields); its loss, plain loss and the
     gradients of that step (of the last step, with `steps` > 1)."""
     config = arm_config(arm, world, out, device, precision, **changes)
-    encoder = initial_encoder(config.model)
+    encoder = initial_encoder(config.run.model)
     seen: dict[str, torch.Tensor] = {}
     if gradients:
         for name, parameter in encoder.named_parameters():

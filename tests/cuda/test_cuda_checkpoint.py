@@ -50,7 +50,7 @@ def _resume(config, device: str) -> tuple[dict, dict, dict]:
     """Resume `config`'s run on `device` for one more step: (weights and optimiser state it started from, its
     final weights)."""
     started: dict = {}
-    encoder = initial_encoder(config.model)
+    encoder = initial_encoder(config.run.model)
 
     def before_step(optimizer, *_) -> None:  # the loaded state, before the first step moves it
         if "optimizer" not in started:
@@ -77,7 +77,7 @@ def test_a_checkpoint_resumes_exactly_on_the_other_device(written, resumed, worl
                                                                                       _on_cpu(optimizer.state_dict())))
     try:
         with exact_fp32():
-            first = train(config, progress=False, encoder=initial_encoder(config.model))
+            first = train(config, progress=False, encoder=initial_encoder(config.run.model))
     finally:
         hook.remove()
     saved_weights = _on_cpu(first.model.state_dict())

@@ -46,7 +46,7 @@ def configs(tmp_path_factory) -> dict[str, TrainConfig]:
 
 def one_process(config: TrainConfig, monkeypatch, **changes) -> dict[str, torch.Tensor]:
     monkeypatch.setattr(lace.train.loop, "build_optimizer", plain_sgd)
-    output = str(Path(config.output).with_name(Path(config.output).name.replace("-two", "-one")))
+    output = str(Path(config.run.output).with_name(Path(config.run.output).name.replace("-two", "-one")))
     changes.setdefault("output", output)
     result = train(with_changes(config, {"overwrite": True, **changes}), progress=False)
     return {k: v.detach().clone() for k, v in result.model.state_dict().items()}
@@ -67,13 +67,13 @@ def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs,
     assert done.returncode == 0, done.stderr[-3000:]
     ones = {}
     for name, config in configs.items():
-        two = load_file(str(latest_checkpoint(Path(config.output)).with_suffix(".safetensors")))
+        two = load_file(str(latest_checkpoint(Path(config.run.output)).with_suffix(".safetensors")))
         one = ones[name] = one_process(config, monkeypatch)
         difference = largest_difference(two, one)
         print(f"{name}: largest difference between 2 processes and 1: {difference:.2e}")
         assert difference <= TOLERANCE, f"{name}: 2 processes differ from 1 by {difference:.2e}"
         if name == "lace":
-            metrics = [json.loads(line) for line in (Path(config.output) / "metrics.jsonl").read_text().splitlines()]
+            metrics = [json.loads(line) for line in (Path(config.run.output) / "metrics.jsonl").read_text().splitlines()]
             assert all(m["caption_negatives_valid_rows"] > 0 and m["image_negatives_valid_rows"] > 0 for m in metrics)
     # the check can fail: a gradient twice too large (as from summing instead of averaging over two
     # processes) is, under plain SGD, a doubled learning rate, and moves the weights far beyond the tolerance
