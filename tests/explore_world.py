@@ -22,7 +22,7 @@ from lace.explore.state import ExploreSession, build_model_view, build_session
 
 TINY = DemoConfig(world_images=240, base_steps=30, batch_size=32,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "edit": replace(DEMO_FINETUNE.edit, n_edits=2)}), progress=False)
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}), progress=False)
 K = 5
 
 

@@ -20,7 +20,7 @@ BEST_WITH_CAPTIONS = with_caption_negatives(CHOSEN_BEST)
 DEFAULT_ARMS = ("plain", "caption negatives", "LACE", CHOSEN_BEST, BEST_WITH_CAPTIONS)
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "edit": replace(DEMO_FINETUNE.edit, n_edits=2)}), progress=False)
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}), progress=False)
 
 
 def _numbers(value, found: set[str]) -> set[str]:
@@ -258,7 +258,7 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     out, _ = demo
     reuse_run(out, tmp_path / "arms")
     arms = ("LACE-local", "ceiling (rendered swaps)")
-    local = with_changes(TINY.finetune, {"local": replace(TINY.finetune.local, n_edits=2)})
+    local = with_changes(TINY.finetune, {"local": {"n_edits": 2}})
     summary = run_demo(replace(TINY, only_variants=arms, finetune=local), tmp_path / "arms", log=lambda _: None)
     assert summary["reused"]["base"] and summary["reused"]["world"]
     assert set(summary["evaluations"]) == {"base"} | {f"{arm} seed 0" for arm in arms}

@@ -264,7 +264,7 @@ def _demo_arms(config: DemoConfig, out: Path, foundation: Foundation, labelled, 
     world_dir, vocabulary, dictionary_key = foundation.world_dir, foundation.vocabulary, foundation.dictionary_key
     # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
     quiet = replace(config, progress=False) if config.workers > 1 else config
-    knobs = config_to_dict(config.finetune)
+    knobs = config_to_dict(config.finetune.train_config())  # keyed as when the fine-tune was a whole TrainConfig
     general = {name: value for name, value in knobs.items() if name not in LACE_KNOBS + ("local",)}
     finetune_key = stage_key(foundation.base_key, general, config.batch_size)
     lace_key = stage_key(dictionary_key, {name: knobs[name] for name in LACE_KNOBS})
