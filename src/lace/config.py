@@ -292,9 +292,8 @@ def refuse_set_fields(where: str, part: str, given: Any, default: Any, names: tu
 
 def refuse_set_elsewhere(cls: type, values: dict[str, Any], name: str | None, source: str) -> None:
     """Refuse each key of `values` (given for field `name`, a `cls`; or for `cls` itself) that `cls` does not hold but
-    the whole config it
-    is the user's share of does (`SET_ELSEWHERE = (whole, setter, why)`: a ground's fine-tune holds the parts of a
-    `TrainConfig` its user sets, the ground sets the rest)."""
+    the whole config it is the user's share of does (`SET_ELSEWHERE = (whole, setter, why)`: a ground's fine-tune
+    holds the parts of a `TrainConfig` its user sets, the ground sets the rest)."""
     whole, setter, why = getattr(cls, "SET_ELSEWHERE", (None, "", ""))
     if whole is None:
         return
