@@ -77,7 +77,7 @@ def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs,
             assert all(m["caption_negatives_valid_rows"] > 0 and m["image_negatives_valid_rows"] > 0 for m in metrics)
     # the check can fail: a gradient twice too large (as from summing instead of averaging over two
     # processes) is, under plain SGD, a doubled learning rate, and moves the weights far beyond the tolerance
-    doubled = one_process(configs["plain"], monkeypatch, lr=2 * configs["plain"].lr,
+    doubled = one_process(configs["plain"], monkeypatch, lr=2 * configs["plain"].optim.lr,
                           output=str(tmp_path / "doubled"))
     moved = largest_difference(doubled, ones["plain"])
     print(f"a doubled gradient moves the weights by up to {moved:.2e}")
