@@ -43,7 +43,7 @@ from lace.encoders import load_encoder
 from lace.local import LocalEditConfig, build_local_editor
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
-from lace.train.config import TrainConfig
+from lace.train.config import train_config
 from lace.train.local_arm import LocalImagePass
 from lace.train.optim import build_optimizer
 from lace.train.pairs import EditedImages, describe_slots, pair_rows, pair_term
@@ -135,11 +135,11 @@ def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_ima
     normalise = encoder.preprocess.transforms[-1]
     raw, captions, vocabulary = world_batch(fit_images + batch)
     pixels = normalise(raw)
-    config = TrainConfig(local_image_negatives=True, local=LocalEditConfig(layer=layer, n_edits=n_edits),
+    config = train_config(local_image_negatives=True, local=LocalEditConfig(layer=layer, n_edits=n_edits),
                          vocabulary="world")
     started = time.perf_counter()
-    editor = build_local_editor(config.local, encoder.model, pixels[:fit_images],
-                                [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.seed)
+    editor = build_local_editor(config.negatives.local, encoder.model, pixels[:fit_images],
+                                [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.run.seed)
     fit_seconds = time.perf_counter() - started
     pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
     rules, batch_captions = RuleNegatives(vocabulary), captions[fit_images:]

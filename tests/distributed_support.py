@@ -4,13 +4,13 @@ by which its weights may differ from one process's."""
 import multiprocessing
 import os
 import socket
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
+from lace.config import with_changes
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
 
@@ -38,7 +38,7 @@ def train_in_two_processes(config: TrainConfig, output: Path) -> dict[str, torch
     per test session: each run then starts at once instead of paying two fresh interpreters' imports, and
     nothing of the test process's own state (threads, loaded models) is forked with them."""
     multiprocessing.set_forkserver_preload([__name__])
-    mp.start_processes(_worker, args=(2, free_port(), replace(config, output=str(output))), nprocs=2, join=True,
+    mp.start_processes(_worker, args=(2, free_port(), with_changes(config, {"output": str(output)})), nprocs=2, join=True,
                        start_method="forkserver")
     return load_file(str(latest_checkpoint(output).with_suffix(".safetensors")))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
+from lace.config import with_changes
 from lace.data import read_dataset
 from lace.demo import DemoConfig
 from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
@@ -21,7 +22,7 @@ from lace.explore.state import ExploreSession, build_model_view, build_session
 
 TINY = DemoConfig(world_images=240, base_steps=30, batch_size=32,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=replace(DEMO_FINETUNE, steps=3, edit=replace(DEMO_FINETUNE.edit, n_edits=2)), progress=False)
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}), progress=False)
 K = 5
 
 

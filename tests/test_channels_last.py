@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from lace.encoders import load_encoder
-from lace.train import TensorPairs, TrainConfig, export_run, train
+from lace.train import TensorPairs, export_run, train
+from lace.train.config import train_config
 
 MODEL = "lace-micro-rn-32"  # open_clip's ModifiedResNet image tower
 
@@ -51,7 +52,7 @@ def test_checkpoint_of_a_channels_last_training_loads_in_plain_open_clip(tmp_pat
     torch.manual_seed(0)
     images = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     pairs = TensorPairs(images, [[f"a shape number {i}"] for i in range(16)])
-    config = TrainConfig(model=MODEL, output=str(tmp_path / "run"), batch_size=8, steps=2, lr=1e-3, warmup_steps=1,
+    config = train_config(model=MODEL, output=str(tmp_path / "run"), batch_size=8, steps=2, lr=1e-3, warmup_steps=1,
                          checkpoint_every=0, device="cpu", log_every=1)
     result = train(config, dataset=pairs, progress=False)
     export_run(result.run_dir, tmp_path / "model.pt", overwrite=True)

@@ -7,9 +7,11 @@ import pytest
 from lace.config import (
     add_config_arguments,
     config_from_args,
+    config_from_dict,
     config_to_dict,
     field_docs,
     load_config,
+    with_changes,
 )
 from lace.errors import LaceInputError
 from lace.experiment.dictionary import DictionaryConfig
@@ -67,12 +69,12 @@ def test_nested_edit_config_from_flags_and_yaml(tmp_path):
         assert f"--edit-{knob}" in help_text
     args = parser.parse_args(["--edit-strength", "2", "--no-edit-effect-check", "--steps", "3"])
     config = config_from_args(TrainConfig, args)
-    assert config.steps == 3 and config.edit == EditConfig(strength=2.0, effect_check=False)
-    assert config.edit.kinds == ("attenuate", "swap", "transplant")  # one default for the kinds: rebind opt-in
+    assert config.run.steps == 3 and config.negatives.edit == EditConfig(strength=2.0, effect_check=False)
+    assert config.negatives.edit.kinds == ("attenuate", "swap", "transplant")  # one default for the kinds: rebind opt-in
     path = tmp_path / "train.yaml"
     path.write_text("edit: {strength: 3.0, kinds: [swap, rebind]}\nsteps: 5\n")
     config = config_from_args(TrainConfig, parser.parse_args(["--edit-gamma", "0.5"]), yaml_path=path)
-    assert config.edit == EditConfig(kinds=("swap", "rebind"), strength=3.0, gamma=0.5) and config.steps == 5
+    assert config.negatives.edit == EditConfig(kinds=("swap", "rebind"), strength=3.0, gamma=0.5) and config.run.steps == 5
     path.write_text("edit: {strenght: 3.0}\n")
     with pytest.raises(LaceInputError, match="strenght"):
         load_config(TrainConfig, path)
@@ -134,7 +136,6 @@ def test_demo_config_nests_its_dictionary_and_keeps_atoms_and_sparsity(tmp_path)
 
 
 def test_demo_config_fine_tunes_a_train_config_delta_under_the_flags_and_yaml_names_it_had(tmp_path):
-    from dataclasses import replace
 
     from lace.demo.config import DEMO_FINETUNE, DemoConfig
 
@@ -146,9 +147,8 @@ def test_demo_config_fine_tunes_a_train_config_delta_under_the_flags_and_yaml_na
             "--finetune-weight-decay"} <= flags
     assert not flags & {"--finetune-model", "--finetune-seed", "--finetune-local-image-negatives",
                         "--finetune-edit-strength", "--finetune-batch-size"}  # the demo and its variants set these
-    expected = replace(DEMO_FINETUNE, steps=40, lr=1e-3, counterfactual_weight=0.5, weight_decay=0.0,
-                       edit=replace(DEMO_FINETUNE.edit, n_edits=8, strength=2.0),
-                       local=replace(DEMO_FINETUNE.local, layer="layer2"))
+    expected = with_changes(DEMO_FINETUNE, {"steps": 40, "lr": 1e-3, "counterfactual_weight": 0.5, "weight_decay": 0.0,
+                                            "edit": {"n_edits": 8, "strength": 2.0}, "local": {"layer": "layer2"}})
     args = parser.parse_args(["--finetune-steps", "40", "--finetune-lr", "1e-3", "--n-edits", "8",
                               "--edit-strength", "2", "--local-layer", "layer2", "--counterfactual-weight", "0.5",
                               "--finetune-weight-decay", "0"])
@@ -156,7 +156,8 @@ def test_demo_config_fine_tunes_a_train_config_delta_under_the_flags_and_yaml_na
     flat = tmp_path / "flat.yaml"  # a demo config written before the fine-tune was nested
     flat.write_text("finetune_steps: 40\nfinetune_lr: 0.001\nn_edits: 8\nedit: {strength: 2}\nlocal_layer: layer2\n"
                     "counterfactual_weight: 0.5\n")
-    assert load_config(DemoConfig, flat).finetune == replace(expected, weight_decay=DEMO_FINETUNE.weight_decay)
+    assert load_config(DemoConfig, flat).finetune == with_changes(
+        expected, {"weight_decay": DEMO_FINETUNE.optim.weight_decay})
     model = tmp_path / "model.yaml"
     model.write_text("finetune: {model: ViT-B-32}\n")
     with pytest.raises(LaceInputError, match=r"field 'finetune.model'"):
@@ -168,8 +169,31 @@ def test_train_keeps_the_flag_and_yaml_key_of_m_after_it_moved_into_the_editor(t
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, TrainConfig)
-    assert config_from_args(TrainConfig, parser.parse_args(["--n-edits", "2"])).edit.n_edits == 2
-    assert config_from_args(TrainConfig, parser.parse_args(["--edit-n-edits", "3"])).edit.n_edits == 3
+    assert config_from_args(TrainConfig, parser.parse_args(["--n-edits", "2"])).negatives.edit.n_edits == 2
+    assert config_from_args(TrainConfig, parser.parse_args(["--edit-n-edits", "3"])).negatives.edit.n_edits == 3
     path = tmp_path / "train.yaml"
     path.write_text("n_edits: 5\n")
-    assert config_from_args(TrainConfig, parser.parse_args([]), yaml_path=path).edit.n_edits == 5
+    assert config_from_args(TrainConfig, parser.parse_args([]), yaml_path=path).negatives.edit.n_edits == 5
+
+
+def test_train_config_reads_flat_and_nested_keys_alike_and_writes_the_flat_form_old_run_folders_have(tmp_path):
+    from lace.train.config import TrainConfig, train_config
+
+    flat = tmp_path / "flat.yaml"  # a YAML file, or a run folder's config.json, from before the split
+    flat.write_text("lr: 0.0001\ncaption_negatives: true\nsteps: 7\nedit: {n_edits: 2}\nlocal_layer: layer2\n"
+                    "log_every: 3\nvocabulary: v.yaml\n")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("optim: {lr: 0.0001}\narm: {caption_negatives: true}\nrun: {steps: 7, vocabulary: v.yaml}\n"
+                      "negatives: {edit: {n_edits: 2}, local: {layer: layer2}}\nlog: {log_every: 3}\n")
+    config = load_config(TrainConfig, flat)
+    assert config == load_config(TrainConfig, nested) == train_config(
+        lr=1e-4, caption_negatives=True, steps=7, n_edits=2, local_layer="layer2", log_every=3, vocabulary="v.yaml")
+    assert (config.optim.lr, config.arm.caption_negatives, config.run.steps, config.negatives.edit.n_edits,
+            config.negatives.local.layer, config.log.log_every) == (1e-4, True, 7, 2, "layer2", 3)
+    written = config_to_dict(config)  # what config.json holds: every key at the top, as before the split
+    assert written["lr"] == 1e-4 and written["edit"]["n_edits"] == 2 and "optim" not in written
+    assert config_from_dict(TrainConfig, written) == config
+    both = tmp_path / "both.yaml"
+    both.write_text("n_edits: 3\nedit: {n_edits: 2}\n")
+    with pytest.raises(LaceInputError, match="also given"):
+        load_config(TrainConfig, both)

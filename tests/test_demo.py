@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from lace.config import with_changes
 from lace.demo import DemoConfig, run_demo
 from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.demo.sweep import read_grid, reuse_run, run_sweep, setting_folder
@@ -19,7 +20,7 @@ BEST_WITH_CAPTIONS = with_caption_negatives(CHOSEN_BEST)
 DEFAULT_ARMS = ("plain", "caption negatives", "LACE", CHOSEN_BEST, BEST_WITH_CAPTIONS)
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=replace(DEMO_FINETUNE, steps=3, edit=replace(DEMO_FINETUNE.edit, n_edits=2)), progress=False)
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}), progress=False)
 
 
 def _numbers(value, found: set[str]) -> set[str]:
@@ -257,7 +258,7 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     out, _ = demo
     reuse_run(out, tmp_path / "arms")
     arms = ("LACE-local", "ceiling (rendered swaps)")
-    local = replace(TINY.finetune, local=replace(TINY.finetune.local, n_edits=2))
+    local = with_changes(TINY.finetune, {"local": {"n_edits": 2}})
     summary = run_demo(replace(TINY, only_variants=arms, finetune=local), tmp_path / "arms", log=lambda _: None)
     assert summary["reused"]["base"] and summary["reused"]["world"]
     assert set(summary["evaluations"]) == {"base"} | {f"{arm} seed 0" for arm in arms}

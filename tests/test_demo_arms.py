@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from lace.config import with_changes
 from lace.demo import DemoConfig
 from lace.demo.config import CORE_VARIANTS, DEMO_FINETUNE, FULL_VARIANTS
 from lace.demo.pipeline import _own_keys
@@ -28,25 +29,25 @@ def test_the_full_demo_runs_the_pairs_arms_and_the_default_demo_does_not():
     plain, text_only, as_specified, best, best_with_captions = CORE_VARIANTS
     assert (plain, text_only, as_specified) == (ROLES["plain"][0], ROLES["text_only"][0], ROLES["as_specified"][0])
     assert best == CHOSEN_BEST in ROLES["best"] and best_with_captions == with_caption_negatives(best)
-    assert variant_config(DEMO_FINETUNE, best_with_captions).caption_negatives
+    assert variant_config(DEMO_FINETUNE.train_config(), best_with_captions).arm.caption_negatives
     assert not set(CORE_VARIANTS) & set(FULL_VARIANTS) and "LACE + caption negatives" in full
     for arm in PAIRS_ARMS:
-        trained = variant_config(DEMO_FINETUNE, arm)
-        assert trained.edited_image_rows and trained.edited_image_columns == (arm == "LACE-local pairs + column")
-        replace(trained, vocabulary="vocabulary.yaml").validate()  # the demo gives every fine-tune its vocabulary
+        trained = variant_config(DEMO_FINETUNE.train_config(), arm)
+        assert trained.arm.edited_image_rows and trained.arm.edited_image_columns == (arm == "LACE-local pairs + column")
+        with_changes(trained, {"vocabulary": "vocabulary.yaml"}).validate()  # the demo gives every fine-tune its vocabulary
 
 
 def test_the_demo_sets_the_pairs_switches_and_leaves_their_weight_a_knob():
     with pytest.raises(LaceInputError, match="edited_image_rows"):
-        DemoConfig(finetune=replace(DEMO_FINETUNE, edited_image_rows=True))
+        DemoConfig(finetune=with_changes(DEMO_FINETUNE, {"edited_image_rows": True}))
     with pytest.raises(LaceInputError, match="edited_image_columns"):
-        DemoConfig(finetune=replace(DEMO_FINETUNE, edited_image_columns=False))
-    assert DemoConfig(finetune=replace(DEMO_FINETUNE, edited_rows_weight=0.5)).finetune.edited_rows_weight == 0.5
+        DemoConfig(finetune=with_changes(DEMO_FINETUNE, {"edited_image_columns": False}))
+    assert DemoConfig(finetune=with_changes(DEMO_FINETUNE, {"edited_rows_weight": 0.5})).finetune.negatives.edited_rows_weight == 0.5
 
 
 def test_the_local_pairs_arms_are_keyed_by_the_local_editor_and_the_ceiling_pairs_read_the_renderings():
     config = DemoConfig(full=True)
-    other = replace(config, finetune=replace(config.finetune, local=replace(config.finetune.local, n_edits=3)))
+    other = replace(config, finetune=with_changes(config.finetune, {"local": replace(config.finetune.negatives.local, n_edits=3)}))
     for arm in PAIRS_ARMS[:3]:
         assert _own_keys(config, arm, "lace") != _own_keys(other, arm, "lace")
     assert _own_keys(config, "ceiling pairs", "lace") == _own_keys(other, "ceiling pairs", "lace") == [None]

@@ -138,7 +138,7 @@ def test_runs_on_another_world_or_the_same_base_draw_are_refused(runs, tmp_path,
 
 def test_a_setting_one_run_does_not_record_is_not_compared(runs):
     summary = json.loads((runs[1] / "results.json").read_text())
-    del summary["config"]["finetune"]["edited_image_rows"]  # written before the setting existed
+    del summary["config"]["finetune"]["edited_rows_weight"]  # written before the setting existed
     (runs[1] / "results.json").write_text(json.dumps(summary))
     assert len(read_draws(runs)) == 2
     summary["config"]["finetune"]["steps"] = 1  # a setting both record, changed

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from lace.config import with_changes
 from lace.demo import DemoConfig, run_demo
 from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.errors import LaceInputError
@@ -15,7 +16,7 @@ from lace.experiment.stages import StageRunner
 # one thread in this process too, so that every stage runs with the thread count it has in a worker
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=replace(DEMO_FINETUNE, steps=3, edit=replace(DEMO_FINETUNE.edit, n_edits=2)),
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}),
                   only_variants=("LACE",), threads=1, progress=False)
 AFTER_THE_DICTIONARY = ("finetune", "eval", "zeroshot", "edit_grids", "wise_ft")
 TIMINGS = {"wall_seconds", "cpu_seconds", "reused", "machine", "seconds", "samples_per_second"}

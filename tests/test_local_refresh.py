@@ -4,7 +4,6 @@ tensors, and the settings refused."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from dataclasses import replace
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from lace.concepts.vocabulary import load_vocabulary
+from lace.config import with_changes
 from lace.data.readers import read_dataset
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
@@ -25,6 +25,7 @@ from lace.local.transport import GaussianTransport
 from lace.row_random import RowGenerators
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
+from lace.train.config import train_config
 from lace.train.loop import Trainer
 from lace.train.sources import local_images as local_source
 from tests.conftest import tiny_world
@@ -42,10 +43,10 @@ def world(tmp_path_factory) -> Path:
 
 def local_config(world: Path, output: Path, **changes) -> TrainConfig:
     """LACE-local on the tiny world, refitting every 2 of 5 steps, a metrics line per step."""
-    config = TrainConfig(model="lace-micro-32", data=str(world / "karpathy_coco.json"), output=str(output),
+    config = train_config(model="lace-micro-32", data=str(world / "karpathy_coco.json"), output=str(output),
                          steps=STEPS, batch_size=8, lr=1e-3, warmup_steps=1, checkpoint_every=0, log_every=1,
                          device="cpu", vocabulary=str(world / "vocabulary.yaml"), local=LOCAL)
-    return replace(variant_config(config, "LACE-local"), **changes)
+    return with_changes(variant_config(config, "LACE-local"), {**changes})
 
 
 def metrics_of(run: Path) -> list[dict]:
@@ -105,7 +106,7 @@ def test_a_resumed_run_rebuilds_the_refitted_editor_and_reaches_the_same_weights
     with pytest.raises(KeyboardInterrupt):
         train(config, progress=False, on_batch=kill_in_step_4)
     assert latest_checkpoint(tmp_path / "killed").stem == "step_0000003"
-    resumed = train(replace(config, resume="latest"), progress=False)
+    resumed = train(with_changes(config, {"resume": "latest"}), progress=False)
     assert resumed.steps == STEPS
     assert_same_weights(weights_of(resumed), reference)
     killed, uninterrupted = metrics_of(tmp_path / "killed"), metrics_of(whole_run)
@@ -160,7 +161,7 @@ def test_an_editor_saved_as_plain_tensors_makes_the_same_edits(world, operator):
 @pytest.mark.parametrize("field, value", [("refresh_every", -1), ("fidelity_every", -2), ("fidelity_items", 0)])
 def test_bad_settings_are_refused_naming_the_field(field, value):
     with pytest.raises(LaceInputError, match=f"local: field '{field}'"):
-        TrainConfig(local=replace(LOCAL, **{field: value})).validate()
+        train_config(local=replace(LOCAL, **{field: value})).validate()
 
 
 @pytest.mark.slow
@@ -181,9 +182,8 @@ def test_cached_tower_tops_refuse_refits_and_fidelity(tmp_path):
 
     torch.manual_seed(0)
     top = TowersTop(TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1)))
-    base = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", vocabulary="natural",
-                                              output=str(tmp_path / "run"), checkpoint_every=0), "LACE-local")
+    base = variant_config(with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / "run"), "checkpoint_every": 0}), "LACE-local")
     for field in ("refresh_every", "fidelity_every"):
-        config = replace(base, local=replace(LocalEditConfig(), **{field: 2}))
+        config = with_changes(base, {"local": replace(LocalEditConfig(), **{field: 2})})
         with pytest.raises(LaceInputError, match=f"local.{field}.*frozen"):
             Trainer(config, ONE_PROCESS, None, tiny_pairs(), False, None, local_editor=object(), encoder=top)

@@ -2,13 +2,13 @@
 (`lace.train.pairs`, `lace.losses.pair_loss`), through the one trainer."""
 
 import json
-from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from lace.concepts.vocabulary import vocabulary_from_dict
+from lace.config import with_changes
 from lace.edits.captions import RuleNegatives
 from lace.edits.records import EDIT_KINDS, EditRecords
 from lace.errors import LaceInputError
@@ -17,6 +17,7 @@ from lace.local import LocalEditConfig
 from lace.local.editor import slot_changes
 from lace.losses import pair_loss
 from lace.train import TrainConfig, train
+from lace.train.config import train_config
 from lace.train.pairs import EditedImages, describe_slots, pair_rows, record_changes
 from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
@@ -141,11 +142,11 @@ def test_the_sigmoid_pair_loss_has_one_term_per_pair_and_one_for_the_real_captio
 
 
 def _pairs_config(world, tmp_path, name="LACE-local pairs + column", **changes) -> TrainConfig:
-    return replace(variant_config(TrainConfig(
+    return with_changes(variant_config(train_config(
         model="lace-micro-32", data=str(world / "karpathy_coco.json"), output=str(tmp_path / "one"), steps=3,
         batch_size=8, lr=1e-3, warmup_steps=1, checkpoint_every=0, log_every=1, device="cpu",
         vocabulary=str(world / "vocabulary.yaml"), local=LocalEditConfig(layer="block1", locate_layer="block0",
-                                                                         fit_images=24)), name), **changes)
+                                                                         fit_images=24)), name), {**changes})
 
 
 @pytest.mark.slow
@@ -199,7 +200,7 @@ def test_pairs_one_process_and_two_processes_agree(world, tmp_path):
 ])
 def test_impossible_pair_settings_are_refused_naming_the_field(changes, field):
     with pytest.raises(LaceInputError, match=field):
-        replace(TrainConfig(vocabulary="world"), **changes).validate()
+        with_changes(train_config(vocabulary="world"), {**changes}).validate()
 
 
 def test_a_collision_is_a_valid_edits_caption_that_is_also_a_rule_made_negative_of_its_row():

@@ -6,22 +6,21 @@ import re
 
 import pytest
 
+from lace.config import refuse_set_fields
 from lace.errors import LaceInputError
 from lace.experiment.parallel import run_stages
 from lace.experiment.protocol import (
-    ARM_SWITCHES,
     ArmStages,
     Measure,
     Run,
     arm_folder,
     by_arm,
-    refuse_set_fields,
     runs,
 )
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import VARIANTS
 from lace.study.config import TOP_ARMS
-from lace.train import TrainConfig
+from lace.train.config import ArmConfig, train_config
 
 
 def test_a_run_has_one_label_one_folder_and_stage_names_from_it(tmp_path):
@@ -49,11 +48,15 @@ def test_runs_go_arm_by_arm_or_seed_by_seed():
     assert runs(("a", "b"), (5, 6), seed_first=True) == (Run("a", 5), Run("b", 5), Run("a", 6), Run("b", 6))
 
 
-def test_arm_switches_are_every_field_a_variant_sets():
-    assert {"counterfactual_captions", "local_image_negatives", "edited_rows_train_text"} <= set(ARM_SWITCHES)
-    assert "edit" not in ARM_SWITCHES  # an arm's nested change (its edit kinds) is a knob of the ground too
-    fields = set(TrainConfig.__dataclass_fields__)
-    assert set(ARM_SWITCHES) <= fields
+def test_a_variant_sets_fields_of_the_arm_part_and_nothing_a_grounds_user_sets_but_an_editor_knob():
+    """The grounds leave the arm part out of what their users set: a variant's row must stay inside it (an editor's
+    knob, the edit kinds of LACE without rebind, is the one nested change a row may make)."""
+    arm_fields = set(ArmConfig.__dataclass_fields__)
+    for name, changes in VARIANTS.items():
+        switches = {key for key, value in changes.items() if not isinstance(value, dict)}
+        assert switches <= arm_fields, name
+        assert {key for key, value in changes.items() if isinstance(value, dict)} <= {"edit"}, name
+    assert {"counterfactual_captions", "local_image_negatives", "edited_rows_train_text"} <= arm_fields
 
 
 def _toy_arms(calls: list[str], base: str = "base") -> ArmStages:
@@ -106,8 +109,8 @@ def test_measure_stages_of_chosen_steps_only(tmp_path):
 
 
 def test_refuse_set_fields_names_the_ground_the_field_and_what_sets_it():
-    default, given = TrainConfig(), TrainConfig(seed=7)
+    default, given = train_config().run, train_config(seed=7).run
     refuse_set_fields("ground", "finetune", default, default, ("seed",), "the ground")
     with pytest.raises(LaceInputError, match=r"^ground: field 'finetune.seed': expected 0: the ground sets it "
                                              r"\(its seeds\) \(got 7\)$"):
-        refuse_set_fields("ground", "finetune", given, default, ("lr", "seed"), "the ground", "its seeds")
+        refuse_set_fields("ground", "finetune", given, default, ("model", "seed"), "the ground", "its seeds")

@@ -34,7 +34,7 @@ from lace.dictionary import ConceptDictionary
 from lace.edits import EDIT_KINDS, CounterfactualEditor, EditConfig
 from lace.embeddings import write_store
 from lace.errors import LaceInputError
-from lace.train.config import TrainConfig
+from lace.train.config import train_config
 from lace.train.editor import run_editor
 
 VOCABULARY = {
@@ -195,11 +195,11 @@ def test_bindings_save_and_load_with_the_dictionary_folder(world, tmp_path):
         torch.testing.assert_close(before, after)
     assert all(torch.equal(a, b) for a, b in zip(world.bindings.counts, loaded.counts))
     # the training editor picks them up from the folder and can rebind
-    config = TrainConfig(dictionary=str(tmp_path), edit=EditConfig(kinds=("swap", "rebind"))).validate()
+    config = train_config(dictionary=str(tmp_path), edit=EditConfig(kinds=("swap", "rebind"))).validate()
     editor = run_editor(config, SimpleNamespace(embed_dim=DIM))
     assert editor.can_rebind and editor.config.kinds == ("swap", "rebind")
     with pytest.raises(LaceInputError, match="edit.*kinds"):
-        TrainConfig(edit=EditConfig(kinds=("bind",))).validate()
+        train_config(edit=EditConfig(kinds=("bind",))).validate()
 
 
 def test_rebind_moves_towards_the_rebound_scene(world):

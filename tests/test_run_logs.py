@@ -16,7 +16,8 @@ from lace.cli import main
 from lace.encoders import load_encoder
 from lace.io import read_json
 from lace.progress import bar
-from lace.train import TensorPairs, TrainConfig, train
+from lace.train import TensorPairs, train
+from lace.train.config import train_config
 from lace.train.metrics import MetricWindow, step_record
 from lace.train.metrics_writer import arm_name
 from tests.conftest import make_images
@@ -74,7 +75,7 @@ def test_each_line_is_printed_when_its_step_is_logged_not_at_the_end(pairs_csv, 
     def on_batch(number: int, indices: list[int]) -> None:
         seen_before_batch.append(len(step_lines(capsys.readouterr().out)))
 
-    config = TrainConfig(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "run"), steps=3,
+    config = train_config(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "run"), steps=3,
                          batch_size=8, log_every=1, device="cpu", seed=3)
     train(config, progress=False, on_batch=on_batch)
     assert seen_before_batch == [0, 1, 1]  # step 1's line before step 2's batch, step 2's before step 3's
@@ -150,7 +151,7 @@ def test_metrics_match_references_computed_apart(tmp_path):
     pixels = torch.randn(16, 3, 32, 32)
     captions = [f"a {COLOURS[i % 4]} square number {i}" for i in range(16)]
     batches = []
-    config = TrainConfig(model="lace-micro-32", output=str(tmp_path / "run"), steps=3, batch_size=8, lr=1e-3,
+    config = train_config(model="lace-micro-32", output=str(tmp_path / "run"), steps=3, batch_size=8, lr=1e-3,
                          warmup_steps=1, log_every=1, checkpoint_every=0, device="cpu", seed=5)
     train(config, dataset=TensorPairs(pixels, captions), progress=False, on_batch=lambda n, i: batches.append(i))
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -188,7 +189,7 @@ class Board:
 def test_tensorboard_gets_the_figures_metrics_jsonl_gets(pairs_csv, tmp_path, monkeypatch):
     board = Board()
     monkeypatch.setattr("lace.train.metrics_writer.open_tensorboard", lambda run_dir: board)
-    config = TrainConfig(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "run"), steps=2,
+    config = train_config(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "run"), steps=2,
                          batch_size=8, log_every=1, device="cpu", seed=3, tensorboard=True)
     train(config, progress=False)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -214,6 +215,6 @@ def test_window_adds_figures_by_name_over_micro_batches():
 
 
 def test_the_arm_in_the_start_line_names_the_sources_a_config_switches_on_by_name():
-    assert arm_name(TrainConfig(model="lace-micro-32")) == "plain"
-    config = TrainConfig(model="lace-micro-32", caption_negatives=True, sources=("toy nudges",))
+    assert arm_name(train_config(model="lace-micro-32")) == "plain"
+    config = train_config(model="lace-micro-32", caption_negatives=True, sources=("toy nudges",))
     assert arm_name(config) == "caption_negatives+toy nudges"

@@ -8,17 +8,17 @@ scale shows in the weights (AdamW would divide it out), and a doubled gradient i
 import json
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 import lace.train.loop
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.encoders import load_encoder
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
+from lace.train.config import train_config
 from tests.conftest import make_images
 from tests.distributed_support import TOLERANCE, free_port
 from tests.robustness.distributed_runs import plain_sgd
@@ -30,7 +30,7 @@ MODEL = "lace-micro-sigmoid-32"
 
 def one_process(config: TrainConfig, monkeypatch, **changes) -> dict[str, torch.Tensor]:
     monkeypatch.setattr(lace.train.loop, "build_optimizer", plain_sgd)
-    result = train(replace(config, overwrite=True, **changes), progress=False)
+    result = train(with_changes(config, {"overwrite": True, **changes}), progress=False)
     return {k: v.detach().clone() for k, v in result.model.state_dict().items()}
 
 
@@ -46,7 +46,7 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
         f"images/{n},a {COLOURS[i % 4]} square left of a {'circle' if i % 2 else 'star'}\n" for i, n in enumerate(names)))
     torch.manual_seed(3)  # the runs' initial model, so that its edits pass their checks
     dictionary = dictionary_of(load_encoder(MODEL), tmp_path / "dictionary")
-    config = TrainConfig(model=MODEL, data=str(tmp_path / "pairs.csv"), output=str(tmp_path / "two"), steps=3,
+    config = train_config(model=MODEL, data=str(tmp_path / "pairs.csv"), output=str(tmp_path / "two"), steps=3,
                          batch_size=8, lr=0.5, warmup_steps=1, grad_clip_norm=None, checkpoint_every=0, device="cpu",
                          seed=3, counterfactual_captions=True, counterfactual_images=True, dictionary=dictionary,
                          vocabulary=WORLD_VOCABULARY, caption_negatives=True, grad_accumulation=2,
@@ -54,7 +54,7 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
     plan = tmp_path / "configs.json"
     # and the softmax loss on the same model: its unused bias is frozen, or data-parallel training would wait for
     # a gradient that never comes
-    softmax = replace(config, loss="clip", output=str(tmp_path / "softmax-two"))
+    softmax = with_changes(config, {"loss": "clip", "output": str(tmp_path / "softmax-two")})
     plan.write_text(json.dumps([config_to_dict(config), config_to_dict(softmax)]))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
                            "127.0.0.1", "--master_port", str(free_port()), str(ROOT / "tests/robustness/distributed_runs.py"),
@@ -77,7 +77,7 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
     assert float(softmax_two["model.logit_bias"]) == -10.0
     # the check can fail: a doubled gradient (summed, not averaged, over the processes) is under plain SGD a
     # doubled learning rate, and moves the weights far beyond the tolerance
-    doubled = one_process(config, monkeypatch, lr=2 * config.lr, output=str(tmp_path / "doubled"))
+    doubled = one_process(config, monkeypatch, lr=2 * config.optim.lr, output=str(tmp_path / "doubled"))
     moved = largest_difference(doubled, one)
     print(f"a doubled gradient moves the weights by up to {moved:.2e}")
     assert moved > 100 * TOLERANCE

@@ -217,7 +217,7 @@ def test_the_editors_n_edits_reaches_every_fine_tune_and_the_measures(study, tmp
     trained, measured = [], []
     real_train, real_measure = heads_module.train, study_module.measure_model
     monkeypatch.setattr(heads_module, "train", lambda train_config, **inputs: trained.append(
-        train_config.edit.n_edits) or real_train(train_config, **inputs))
+        train_config.negatives.edit.n_edits) or real_train(train_config, **inputs))
     monkeypatch.setattr(study_module, "measure_model", lambda *args, **kwargs: measured.append(args[6]) or real_measure(
         *args, **kwargs))
     run_flickr8k_study(replace(config, out=str(tmp_path / "study"), variants=("LACE",), seeds=1,

@@ -4,7 +4,6 @@ training every arm from one start, and the Flickr8k arms run end to end on a tin
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import re
 
@@ -13,7 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from lace.demo.config import DEMO_FINETUNE, DemoConfig
+from lace.config import config_from_dict, with_changes
+from lace.demo.config import DemoConfig
 from lace.edits import EditConfig
 from lace.encoders import load_encoder
 from lace.encoders.towers.top import TowersTop
@@ -22,7 +22,7 @@ from lace.errors import LaceInputError
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.local.config import LocalEditConfig
 from lace.losses import lace_loss
-from lace.study.config import TOP_ARMS, TOPS_FINETUNE, TopsStudyConfig
+from lace.study.config import TOP_ARMS, TopsStudyConfig
 from lace.study.flickr8k_top_arms import arm_train_config
 from lace.study.heads import train_summary
 from lace.train.data import TopBatch, TopPairs
@@ -55,25 +55,38 @@ def test_every_top_arm_is_its_variant_row_on_the_study_finetune(tmp_path):
     for name in TOP_ARMS:
         made = arm_train_config(config, name, seed=1, n_images=3, output=tmp_path)
         for field, value in VARIANTS[name].items():
-            assert getattr(made, field) == value if not isinstance(value, dict) else True, (name, field)
-        assert made.seed == 1 and made.batch_size == 3 and made.edit == config.edit and made.local == config.local
+            assert getattr(made.arm, field) == value if not isinstance(value, dict) else True, (name, field)
+        assert made.run.seed == 1 and made.run.batch_size == 3 and made.negatives == config.finetune.negatives
 
 
-@pytest.mark.parametrize("field, value", [("edit", EditConfig(n_edits=2)), ("local", LocalEditConfig(n_edits=5)),
-                                          ("seed", 3), ("caption_negatives", True)])
+@pytest.mark.parametrize("field, value", [("seed", 3), ("caption_negatives", True), ("model", "lace-micro-32")])
 def test_a_finetune_setting_the_study_sets_itself_is_refused_not_overwritten(field, value):
-    """The study trains with its own `edit` and `local` and each arm's switches: the same setting given inside
-    `finetune` is refused rather than silently replaced."""
+    """The study sets the model, data and seeds and each arm its switches: the same setting given inside `finetune`
+    (in YAML, or as a change) is refused rather than silently replaced."""
     with pytest.raises(LaceInputError, match=rf"field 'finetune\.{field}': expected .*: the study sets it"):
-        TopsStudyConfig(data="d", out="o", finetune=dataclasses.replace(TOPS_FINETUNE, **{field: value}))
+        config_from_dict(TopsStudyConfig, {"data": "d", "out": "o", "finetune": {field: value}})
+    with pytest.raises(LaceInputError, match=rf"field 'finetune\.{field}': expected .*: the study sets it"):
+        with_changes(TopsStudyConfig(data="d", out="o"), {"finetune": {field: value}})
+
+
+def test_the_study_trains_with_the_one_editor_its_finetune_holds(tmp_path):
+    """The editors live in the fine-tune's negatives only: `edit:` and `finetune: {edit: ...}` are one knob, which
+    the arms train with; two different values for it are refused."""
+    config = config_from_dict(TopsStudyConfig, {"data": "d", "out": "o", "edit": {"n_edits": 2},
+                                                "finetune": {"local": {"n_edits": 5}}})
+    made = arm_train_config(config, "LACE", seed=0, n_images=4, output=tmp_path)
+    assert made.negatives.edit == EditConfig(n_edits=2) and made.negatives.local == LocalEditConfig(n_edits=5)
+    with pytest.raises(LaceInputError, match="also given"):
+        config_from_dict(TopsStudyConfig, {"data": "d", "out": "o", "edit": {"n_edits": 2},
+                                           "finetune": {"edit": {"n_edits": 3}}})
 
 
 @pytest.mark.parametrize("field, value", [("seed", 3), ("caption_negatives", True), ("model", "lace-micro-32")])
 def test_the_demo_and_the_tops_study_refuse_a_setting_of_theirs_in_the_same_words(field, value):
     with pytest.raises(LaceInputError) as tops:
-        TopsStudyConfig(data="d", out="o", finetune=dataclasses.replace(TOPS_FINETUNE, **{field: value}))
+        with_changes(TopsStudyConfig(data="d", out="o"), {"finetune": {field: value}})
     with pytest.raises(LaceInputError) as demo:
-        DemoConfig(finetune=dataclasses.replace(DEMO_FINETUNE, **{field: value}))
+        with_changes(DemoConfig(), {"finetune": {field: value}})
     pattern = rf"^.+: field 'finetune\.{field}': expected .+: the (study|demo) sets it \(.+\) \(got {value!r}\)$"
     assert re.match(pattern, str(tops.value)) and re.match(pattern, str(demo.value))
 
@@ -92,7 +105,7 @@ def test_an_arm_without_its_source_is_refused_naming_it(top, tmp_path):
     with pytest.raises(LaceInputError, match="MapEditor"):
         top_trainer(top, "LACE-local", tmp_path)
     with pytest.raises(LaceInputError, match="a TowersTop"):
-        Trainer(variant_config(dataclasses.replace(TINY_FINETUNE, output=str(tmp_path / "x")), "plain"),
+        Trainer(variant_config(with_changes(TINY_FINETUNE.train_config(), {"output": str(tmp_path / "x")}), "plain"),
                 ONE_PROCESS, None, tiny_pairs(), False, None, encoder=top.encoder)
 
 
@@ -162,9 +175,7 @@ def test_every_arm_trains_from_one_start_and_plain_ignores_the_sources(top, map_
     for name, arm, given in (("plain", "plain", {}), ("plain with sources", "plain", {"local_editor": map_editor}),
                              ("LACE-local", "LACE-local", {"local_editor": map_editor})):
         model = copy.deepcopy(top)
-        config = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", output=str(tmp_path / "run"),
-                                                    vocabulary="natural",
-                                                    checkpoint_every=0, log_every=1), arm)
+        config = variant_config(with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "output": str(tmp_path / "run"), "vocabulary": "natural", "checkpoint_every": 0, "log_every": 1}), arm)
         runs[name] = (model, train_summary(config, False, dataset=tiny_pairs(), encoder=model, **given))
     steps = {name: summary["steps"] for name, (_, summary) in runs.items()}
     assert steps == {"plain": 2, "plain with sources": 2, "LACE-local": 2}  # one caption per image: 8 images, 4 a batch
@@ -207,7 +218,7 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     result = run_tops_study(tiny_study(data, out, arms=arms), log=lines.append)
     assert set(result["summary"]) == {"base", *arms}
     written = json.loads((out / "arms-val.json").read_text())
-    assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.lr
+    assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.optim.lr
     assert "| LACE-local |" in (out / "arms-val.md").read_text() and "local_editor" in result
     stages = {arm: json.loads((out / "stages" / f"{Run(arm, 0).stage('train')}.json").read_text()) for arm in arms}
     checkpoints = {arm: out / stage["result"]["checkpoint"] for arm, stage in stages.items()}
@@ -275,14 +286,17 @@ def test_lace_study_flickr8k_tops_passes_every_flag_it_shows(tmp_path, monkeypat
     assert main([*flags, "--overwrite"]) == 0
     (config,) = ran
     assert not (out / "someone's file").exists()
-    assert (config.edit.strength, config.edit.target, config.edit.effect_check) == (4.0, "hard", False)
+    edit = config.finetune.negatives.edit
+    assert (edit.strength, edit.target, edit.effect_check) == (4.0, "hard", False)
     assert (config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates) == (
         str(tmp_path / "classes"), "names.txt", "templates.txt")
     assert config.progress is False and config.seeds == 2 and config.arms == ("plain", "LACE")
-    assert (config.finetune.lr, config.finetune.pretrained_lr_scale, config.finetune.epochs) == (0.002, 0.5, 8.0)
-    assert (config.local.n_edits, config.dictionary.atoms, config.base.epochs, config.split) == (3, 64, 2, "test")
+    assert (config.finetune.optim.lr, config.finetune.optim.pretrained_lr_scale, config.finetune.epochs) == (
+        0.002, 0.5, 8.0)
+    assert (config.finetune.negatives.local.n_edits, config.dictionary.atoms, config.base.epochs, config.split) == (3, 64, 2, "test")
     made = arm_train_config(config, "LACE", seed=1, n_images=100, output=tmp_path)
-    assert made.edit == config.edit and made.lr == 0.002 and made.counterfactual_images
+    assert made.negatives.edit == config.finetune.negatives.edit and made.optim.lr == 0.002 \
+        and made.arm.counterfactual_images
 
 
 def _runs(plain: tuple[float, ...], local: tuple[float, ...], r_at_1: tuple[float, ...]) -> dict[str, list[dict]]:

@@ -4,7 +4,6 @@ the caption its edit describes, whose token states are made through the text tow
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from functools import partial
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.encoders.towers import fresh_token_states
 from lace.encoders.towers.model import TowersDualEncoder
 from lace.encoders.towers.top import TowersTop
@@ -88,9 +87,7 @@ def train_arm(top: TowersTop, arm: str, tmp_path, map_editor, texts: bool = True
     model = copy.deepcopy(top)
     given = {} if texts else {"caption_texts": None, "negative_texts": None}
     pairs = coloured_pairs(partial(fresh_token_states, model.encoder) if texts else None, **given)
-    config = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", vocabulary="natural",
-                                                output=str(tmp_path / f"{arm}-{texts}".replace(" ", "-")),
-                                                checkpoint_every=0, log_every=1), arm)
+    config = variant_config(with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / f"{arm}-{texts}".replace(" ", "-")), "checkpoint_every": 0, "log_every": 1}), arm)
     result = train(config, dataset=pairs, progress=False, encoder=model, local_editor=map_editor)
     return model, [json.loads(line) for line in result.metrics_path.read_text().splitlines()]
 
@@ -216,9 +213,9 @@ def test_the_tops_study_offers_the_pairs_arms_and_sets_their_switches(tmp_path, 
     assert config.arms == PAIRS_ARMS and config.validate() is config
     for arm in PAIRS_ARMS:
         made = arm_train_config(config, arm, seed=0, n_images=10, output=tmp_path)
-        assert made.edited_image_rows and made.local_image_negatives
-        assert made.edited_image_columns == (arm in COLUMN_ARMS)
-        assert made.edited_rows_real_image_negative == arm.endswith("real-image negative")
+        assert made.arm.edited_image_rows and made.arm.local_image_negatives
+        assert made.arm.edited_image_columns == (arm in COLUMN_ARMS)
+        assert made.arm.edited_rows_real_image_negative == arm.endswith("real-image negative")
     with pytest.raises(SystemExit):  # an arm's own switch, never a study-wide flag
         main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(tmp_path / "x"),
               "--finetune-edited-image-rows"])

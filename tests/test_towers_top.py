@@ -32,7 +32,7 @@ from lace.encoders.towers.top_features import (
 from lace.study.config import HeadsTraining
 from lace.study.flickr8k_top import TopSplit, embed_top_split
 from lace.study.heads import train_summary
-from lace.train import TrainConfig
+from lace.train.config import train_config
 from tests.conftest import randomise_batch_norms
 
 
@@ -155,7 +155,7 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
     layer = encoder.text_tower.layers[-2].output.dense.weight
     lower = encoder.text_tower.layers[-3].output.dense.weight
     before = [block.detach().clone(), layer.detach().clone(), lower.detach().clone()]
-    config = TrainConfig(model="lace-towers", lr=1e-3, pretrained_lr_scale=0.1, epochs=3, batch_size=3,
+    config = train_config(model="lace-towers", lr=1e-3, pretrained_lr_scale=0.1, epochs=3, batch_size=3,
                          warmup_steps=1, grad_clip_norm=None, precision="fp32", device="cpu", checkpoint_every=0,
                          log_every=1)
     summary = train_summary(config, False, dataset=split.pairs(), encoder=top)

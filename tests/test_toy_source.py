@@ -3,7 +3,6 @@ trains on every embed path it supports, and is refused on one it does not, with 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import numpy as np
@@ -11,12 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lace.config import with_changes
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.row_random import RowGenerators, normal
-from lace.train import TensorPairs, TrainConfig, train
+from lace.train import TensorPairs, train
 from lace.train.checkpoints import latest_checkpoint, load_checkpoint
+from lace.train.config import train_config
 from lace.train.sources import SOURCES, register_source
 from lace.train.sources.base import NegativeSource
 from tests.test_train_features import feature_pairs
@@ -34,13 +35,13 @@ class NudgedImages(NegativeSource):
     steps_seen: ClassVar[list[int]] = []  # the steps its upkeep ran after, across the run
 
     def negatives(self, micro, negatives) -> None:
-        generators = RowGenerators(micro.row_seeds(self.config.seed, TOY_STREAM))
+        generators = RowGenerators(micro.row_seeds(self.config.run.seed, TOY_STREAM))
         U = micro.U  # (B, d) with gradient
         noise = normal((U.shape[0], 2, U.shape[1]), generators, U.device)
         valid = torch.ones(U.shape[0], 2, dtype=torch.bool, device=U.device)
         valid[0] = False
         negatives.add_image_edits(F.normalize(U[:, None] + 0.3 * noise, dim=-1), valid,
-                                  self.config.edited_image_columns, None)
+                                  self.config.arm.edited_image_columns, None)
 
     def after_step(self, step: int) -> bool:
         NudgedImages.steps_seen.append(step)
@@ -71,7 +72,7 @@ def toy_arms(monkeypatch):
 def pixels_run(tmp_path, arm: str):
     generator = torch.Generator().manual_seed(0)
     pairs = TensorPairs(torch.rand(16, 3, 32, 32, generator=generator), [f"a photo number {i}" for i in range(16)])
-    config = TrainConfig(model="lace-micro-32", output=str(tmp_path / f"pixels-{arm}"), steps=3, batch_size=8,
+    config = train_config(model="lace-micro-32", output=str(tmp_path / f"pixels-{arm}"), steps=3, batch_size=8,
                          lr=1e-3, warmup_steps=1, log_every=1, checkpoint_every=0, device="cpu", seed=1)
     return train(variant_config(config, arm), dataset=pairs, progress=False)
 
@@ -79,7 +80,7 @@ def pixels_run(tmp_path, arm: str):
 def features_run(tmp_path, arm: str):
     torch.manual_seed(1)
     encoder = TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1))
-    config = TrainConfig(model="lace-towers", output=str(tmp_path / f"features-{arm}"), device="cpu", seed=3,
+    config = train_config(model="lace-towers", output=str(tmp_path / f"features-{arm}"), device="cpu", seed=3,
                          lr=1e-2, steps=3, batch_size=4, warmup_steps=1, log_every=1, checkpoint_every=0)
     return train(variant_config(config, arm), dataset=feature_pairs(with_negatives=False), progress=False,
                  encoder=encoder)
@@ -88,8 +89,7 @@ def features_run(tmp_path, arm: str):
 def tops_run(tmp_path, arm: str, top):
     import copy
 
-    config = dataclasses.replace(TINY_FINETUNE, model="lace-towers", output=str(tmp_path / f"tops-{arm}"),
-                                 checkpoint_every=0, log_every=1)
+    config = with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "output": str(tmp_path / f"tops-{arm}"), "checkpoint_every": 0, "log_every": 1})
     return train(variant_config(config, arm), dataset=tiny_pairs(), progress=False, encoder=copy.deepcopy(top))
 
 
@@ -126,7 +126,7 @@ def test_a_source_on_a_path_it_does_not_support_is_refused_naming_the_field(toy_
 
 def test_an_unknown_source_name_is_refused(tmp_path):
     pairs = TensorPairs(torch.rand(8, 3, 32, 32), ["a photo"] * 8)
-    config = TrainConfig(model="lace-micro-32", output=str(tmp_path / "run"), steps=1, batch_size=8, device="cpu",
+    config = train_config(model="lace-micro-32", output=str(tmp_path / "run"), steps=1, batch_size=8, device="cpu",
                          sources=("no such source",))
     with pytest.raises(LaceInputError, match="sources.*no such source"):
         train(config, dataset=pairs, progress=False)

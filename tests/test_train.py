@@ -1,6 +1,5 @@
 """The trainer: ablations share data and seeds, resumption is exact, checkpoints are safe, export is plain."""
 
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,11 +10,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from lace.cli import main
+from lace.config import with_changes
 from lace.errors import LaceInputError
 from lace.io import read_json
 from lace.row_random import normal
 from lace.train import TensorPairs, TrainConfig, export_run, train
 from lace.train.checkpoints import complete_checkpoints, latest_checkpoint
+from lace.train.config import train_config
 from tests.conftest import make_images
 
 WORLD_VOCABULARY = str(Path(__file__).resolve().parents[1] / "src/lace/data/world/vocabulary.yaml")
@@ -37,9 +38,9 @@ def pairs_csv(tmp_path: Path) -> Path:
 
 
 def config_for(path: Path, out: Path, **changes) -> TrainConfig:
-    base = TrainConfig(model="lace-micro-32", data=str(path), output=str(out), steps=4, batch_size=8, lr=2e-3,
+    base = train_config(model="lace-micro-32", data=str(path), output=str(out), steps=4, batch_size=8, lr=2e-3,
                        warmup_steps=1, log_every=1, checkpoint_every=2, device="cpu", seed=3)
-    return replace(base, **changes)
+    return with_changes(base, {**changes})
 
 
 class NudgeEditor:
@@ -110,11 +111,11 @@ def test_kill_and_resume_reaches_the_same_weights(pairs_csv, tmp_path):
         if number == 4:  # first micro-batch of step 3, after the step-2 checkpoint
             raise KeyboardInterrupt
 
-    interrupted = replace(config, output=str(tmp_path / "killed"))
+    interrupted = with_changes(config, {"output": str(tmp_path / "killed")})
     with pytest.raises(KeyboardInterrupt):
         train(interrupted, progress=False, on_batch=kill_after_two_steps)
     assert latest_checkpoint(tmp_path / "killed").stem == "step_0000002"
-    resumed = train(replace(interrupted, resume="latest"), progress=False)
+    resumed = train(with_changes(interrupted, {"resume": "latest"}), progress=False)
     assert resumed.steps == 4
     for key, value in weights_of(resumed).items():
         torch.testing.assert_close(value, whole[key], rtol=0, atol=1e-6, msg=key)
@@ -175,7 +176,7 @@ def test_wrong_dimension_dictionary_is_refused_before_the_first_step(pairs_csv, 
     pool = F.normalize(torch.randn(64, 32), dim=-1)
     ConceptDictionary(n_atoms=8, sparsity=2, batch_size=32).fit(pool, pool).save(folder)
     with pytest.raises(LaceInputError, match="dimension 32"):
-        train(replace(config, output=str(tmp_path / "run2"), dictionary=str(folder), vocabulary=WORLD_VOCABULARY),
+        train(with_changes(config, {"output": str(tmp_path / "run2"), "dictionary": str(folder), "vocabulary": WORLD_VOCABULARY}),
               progress=False, on_batch=lambda n, i: seen.append(n))
     assert seen == []
 
@@ -240,7 +241,7 @@ def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv,
     metrics = [read_json_line(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["caption_negatives_valid_rows"] > 0.25 and metrics[0]["image_negatives_valid_rows"] > 0.25
     assert all(m["loss"] > m["plain_loss"] for m in metrics)
-    interrupted = replace(config, output=str(tmp_path / "killed"))
+    interrupted = with_changes(config, {"output": str(tmp_path / "killed")})
 
     def kill(number, indices):
         if number == 3:  # after the step-2 checkpoint and dictionary refresh
@@ -248,7 +249,7 @@ def test_real_editor_from_a_dictionary_folder_with_refresh_and_resume(pairs_csv,
 
     with pytest.raises(KeyboardInterrupt):
         train(interrupted, progress=False, on_batch=kill)
-    resumed = train(replace(interrupted, resume="latest"), progress=False)
+    resumed = train(with_changes(interrupted, {"resume": "latest"}), progress=False)
     for key, value in weights_of(resumed).items():
         torch.testing.assert_close(value, weights_of(whole)[key], rtol=0, atol=1e-6, msg=key)
 

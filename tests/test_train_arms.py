@@ -1,15 +1,14 @@
 """The training arms of the binding study: one switch each, the paired-caption formula, the ceiling's
 rendered negative, and one process against two for LACE-local."""
 
-import dataclasses
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from lace.config import config_to_dict, with_changes
 from lace.data.world import render_scene
 from lace.data.world.counterfactuals import colour_swapped
 from lace.data.world.folder import read_scenes, read_world_config
@@ -19,6 +18,7 @@ from lace.edits.records import EDIT_KINDS
 from lace.experiment.variants import VARIANTS, variant_config
 from lace.local import LocalEditConfig
 from lace.train import TrainConfig, train
+from lace.train.config import train_config
 from lace.train.negatives import paired_caption_directions
 from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
@@ -30,12 +30,14 @@ def world(tmp_path_factory):
 
 
 def _differences(config, other) -> set[str]:
-    return {f.name for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(other, f.name)}
+    """The keys (as YAML names them) whose values differ."""
+    written, other_written = config_to_dict(config), config_to_dict(other)
+    return {name for name, value in written.items() if value != other_written[name]}
 
 
 @pytest.mark.parametrize("name", [name for name in VARIANTS if name != "plain"])
 def test_each_arm_changes_only_its_own_switches(name):
-    plain = variant_config(TrainConfig(vocabulary="world", edit=EditConfig(kinds=EDIT_KINDS)), "plain")  # the demo's editor
+    plain = variant_config(train_config(vocabulary="world", edit=EditConfig(kinds=EDIT_KINDS)), "plain")  # the demo's editor
     changed = _differences(variant_config(plain, name), plain)
     assert changed and changed == set(VARIANTS[name])
 
@@ -80,7 +82,7 @@ def test_ceiling_negative_differs_from_the_scene_only_by_the_colour_swap(world):
 
 
 def test_ceiling_arm_trains_on_the_world_with_a_valid_negative_per_scene(world, tmp_path):
-    config = variant_config(TrainConfig(model="lace-micro-32", data=str(world / "karpathy_coco.json"),
+    config = variant_config(train_config(model="lace-micro-32", data=str(world / "karpathy_coco.json"),
                                         output=str(tmp_path / "run"), steps=2, batch_size=8, lr=1e-3, warmup_steps=1,
                                         checkpoint_every=0, log_every=1, device="cpu"), "ceiling (rendered swaps)")
     result = train(config, progress=False)
@@ -89,7 +91,7 @@ def test_ceiling_arm_trains_on_the_world_with_a_valid_negative_per_scene(world, 
 
 
 def _local_config(world, tmp_path) -> TrainConfig:
-    return variant_config(TrainConfig(
+    return variant_config(train_config(
         model="lace-micro-32", data=str(world / "karpathy_coco.json"), output=str(tmp_path / "one"), steps=3,
         batch_size=8, lr=1e-3, warmup_steps=1, checkpoint_every=0, log_every=1, device="cpu",
         vocabulary=str(world / "vocabulary.yaml"), local=LocalEditConfig(layer="block1", locate_layer="block0",
@@ -104,5 +106,5 @@ def test_local_arm_one_process_and_two_processes_agree(world, tmp_path):
     assert all(m["image_negatives_valid_rows"] > 0 for m in metrics)  # the local negatives were there
     reference = single.model.state_dict()
     assert_same_weights(train_in_two_processes(config, tmp_path / "two"), reference)
-    plain = train(replace(config, local_image_negatives=False, output=str(tmp_path / "plain")), progress=False)
+    plain = train(with_changes(config, {"local_image_negatives": False, "output": str(tmp_path / "plain")}), progress=False)
     assert any(not torch.equal(plain.model.state_dict()[k], v) for k, v in reference.items())

@@ -7,7 +7,8 @@ import torch
 from lace.encoders.towers import image_tower, text_tower
 from lace.encoders.towers.model import TowersConfig, TowersDualEncoder
 from lace.errors import LaceInputError
-from lace.train import TrainConfig, train
+from lace.train import train
+from lace.train.config import train_config
 from lace.train.data import FeaturePairs
 
 
@@ -26,7 +27,7 @@ def feature_pairs(with_negatives: bool) -> FeaturePairs:
 def heads_run(tmp_path, name: str, pairs: FeaturePairs, **changes):
     torch.manual_seed(1)
     encoder = TowersDualEncoder(TowersConfig(embed_dim=8, head_hidden_dim=16, head_dropout=0.1))
-    config = TrainConfig(model="lace-towers", output=str(tmp_path / name), device="cpu", seed=3, lr=1e-2, steps=6,
+    config = train_config(model="lace-towers", output=str(tmp_path / name), device="cpu", seed=3, lr=1e-2, steps=6,
                          batch_size=4, warmup_steps=1, log_every=1, vocabulary="natural", **changes)
     return encoder, train(config, dataset=pairs, progress=False, encoder=encoder)
 

@@ -3,7 +3,6 @@ and the exports load back in open_clip and transformers with the same embeddings
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import open_clip
@@ -13,11 +12,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from lace.cli import main
+from lace.config import with_changes
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.io import read_json
-from lace.train import TrainConfig, train
+from lace.train import train
 from lace.train.checkpoints import latest_checkpoint
+from lace.train.config import train_config
 from tests.conftest import make_images
 from tests.siglip_support import write_local_open_clip_siglip, write_tiny_siglip
 
@@ -75,7 +76,7 @@ def train_resume_and_export(model: str, pairs_csv: Path, tmp_path: Path, caplog)
     assert metrics[-1]["logit_bias"] != pytest.approx(-10.0, abs=1e-4)  # the bias trains
     whole = load_file(str(latest_checkpoint(tmp_path / "whole").with_suffix(".safetensors")))
 
-    config = TrainConfig(model=model, data=str(pairs_csv), output=str(tmp_path / "killed"), steps=4, batch_size=8,
+    config = train_config(model=model, data=str(pairs_csv), output=str(tmp_path / "killed"), steps=4, batch_size=8,
                          lr=2e-3, warmup_steps=1, log_every=1, checkpoint_every=2, device="cpu", seed=3,
                          counterfactual_captions=True, counterfactual_images=True, dictionary=dictionary,
                          caption_negatives=True, vocabulary=WORLD_VOCABULARY)
@@ -86,7 +87,7 @@ def train_resume_and_export(model: str, pairs_csv: Path, tmp_path: Path, caplog)
 
     with pytest.raises(KeyboardInterrupt):
         train(config, progress=False, on_batch=kill)
-    resumed = train(replace(config, resume="latest"), progress=False)
+    resumed = train(with_changes(config, {"resume": "latest"}), progress=False)
     bias_keys = [key for key in whole if key.endswith("logit_bias")]
     assert bias_keys
     for key, value in resumed.model.state_dict().items():
@@ -155,10 +156,10 @@ def test_loss_clip_on_a_bias_model_warns_and_leaves_the_bias(pairs_csv, tmp_path
                      "--steps", "1", "--batch-size", "8", "--device", "cpu", "--no-progress"]) == 0
     assert caplog.text == "" and read_json(tmp_path / "plain" / "config.json")["loss"] == "clip"
     with pytest.raises(LaceInputError, match="field 'loss'.*logit bias"):
-        train(TrainConfig(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "refused"), steps=1,
+        train(train_config(model="lace-micro-32", data=str(pairs_csv), output=str(tmp_path / "refused"), steps=1,
                           batch_size=8, device="cpu", loss="sigmoid"), progress=False)
     with pytest.raises(LaceInputError, match="loss"):
-        TrainConfig(loss="softmax").validate()
+        train_config(loss="softmax").validate()
 
 
 def test_a_full_size_siglip_whose_tokenizer_is_not_here_says_what_is_missing(monkeypatch, tmp_path):

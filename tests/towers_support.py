@@ -5,19 +5,18 @@ the cut's shape are the `top` and `map_editor` fixtures of conftest.py)."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import random
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
+from lace.config import with_changes
 from lace.distributed import DistributedContext
 from lace.encoders.towers.top import TowersTop
 from lace.encoders.towers.top_features import TokenStates
 from lace.experiment.variants import variant_config
-from lace.study.config import HeadsTraining
-from lace.train import TrainConfig
+from lace.study.config import HeadsTraining, TopsFinetune
 from lace.train.data import TopPairs
 from lace.train.loop import Trainer
 from tests.test_local_maps import coloured_maps
@@ -26,8 +25,8 @@ ONE_PROCESS = DistributedContext(rank=0, world_size=1, local_rank=0, device=torc
 CUT_GRID = (7, 7)
 CUT_CHANNELS = 192
 TINY_HEADS = HeadsTraining(hidden_dim=16, dropout=0.1, embed_dim=8, epochs=1, batch_size=4, warmup_steps=1)
-TINY_FINETUNE = TrainConfig(lr=1e-3, pretrained_lr_scale=0.1, epochs=1.0, batch_size=4, warmup_steps=1,
-                            grad_clip_norm=None, precision="fp32", device="cpu")
+TINY_FINETUNE = with_changes(TopsFinetune(), {"lr": 1e-3, "pretrained_lr_scale": 0.1, "epochs": 1.0, "batch_size": 4,
+                                             "warmup_steps": 1, "grad_clip_norm": None, "precision": "fp32"})
 
 
 def object_maps(n_images: int, seed: int = 1) -> torch.Tensor:
@@ -53,9 +52,7 @@ def tiny_pairs(n_images: int = 8, negatives: bool = True) -> TopPairs:
 
 
 def top_trainer(top: TowersTop, arm: str, tmp_path, pairs: TopPairs | None = None, **inputs) -> Trainer:
-    config = variant_config(dataclasses.replace(TINY_FINETUNE, model="lace-towers", vocabulary="natural",
-                                                output=str(tmp_path / arm.replace(" ", "-")), checkpoint_every=0,
-                                                log_every=1), arm)
+    config = variant_config(with_changes(TINY_FINETUNE.train_config(), {"model": "lace-towers", "vocabulary": "natural", "output": str(tmp_path / arm.replace(" ", "-")), "checkpoint_every": 0, "log_every": 1}), arm)
     return Trainer(config, ONE_PROCESS, None, pairs or tiny_pairs(), False, None, encoder=top, **inputs)
 
 

@@ -20,6 +20,11 @@ config can nest what it runs and keep the flags its users know; `()` gives a fie
 it itself). YAML takes every flag's name as a
 key too, underscored (`csls_k: 5`, `knn_index: ivf`, or `knn: faiss` for the field whose flag is
 `--knn`): the flat names of a config from before it nested its parts keep working.
+
+A config split by concern names its parts in `FLAT_PARTS: ClassVar[tuple[str, ...]]` (`TrainConfig`'s run, optim,
+arm, negatives, log): a flat part's fields take the flags and YAML keys they would have at the top (`--lr`, `lr:`
+for `optim.lr`), and `with_changes` takes them too, so one routing (`flags_as_fields`) reads YAML, flat changes
+and the flags' names alike.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from lace.errors import LaceInputError
+from lace.errors import LaceInputError, input_error
 
 ConfigT = TypeVar("ConfigT")
 
@@ -141,25 +146,45 @@ def flag_dests(cls: type) -> dict[str, str]:
     """Each flag of `cls` (underscored, without the dashes: `csls_k`) -> the dotted field path it sets."""
     dests: dict[str, str] = {}
 
-    def walk(klass: type, prefix: str, flags: dict[str, tuple[str, ...]]) -> None:
+    def walk(klass: type, prefix: str, flag_prefix: str, flags: dict[str, tuple[str, ...]]) -> None:
         hints = typing.get_type_hints(klass)
         flags = _own_flags(klass, flags)
         for field in dataclasses.fields(klass):
             dest = prefix + field.name
             nested = _nested(hints[field.name])
             if nested is not None:
-                walk(nested, dest + ".", _inner_flags(flags, field.name))
+                walk(nested, dest + ".", _inner_flag_prefix(klass, field.name, flag_prefix),
+                     _inner_flags(flags, field.name))
                 continue
-            for flag in flags.get(field.name, (_flag(dest.replace(".", "_")),)):
+            for flag in flags.get(field.name, (_flag(flag_prefix + field.name),)):
                 dests[flag.removeprefix("--").replace("-", "_")] = dest
 
-    walk(cls, "", {})
+    walk(cls, "", "", {})
     return dests
+
+
+def _inner_flag_prefix(cls: type, name: str, flag_prefix: str) -> str:
+    """The flag-name prefix of the fields nested in field `name` of `cls`: `<name>_` added, but for a flat part."""
+    return flag_prefix if name in getattr(cls, "FLAT_PARTS", ()) else f"{flag_prefix}{name}_"
+
+
+@cache
+def flat_paths(cls: type) -> dict[str, str]:
+    """Each field of `cls`'s flat parts (at any depth of flat parts) by its own name -> its dotted path
+    (`lr` -> `optim.lr`, `edit` -> `negatives.edit`)."""
+    paths: dict[str, str] = {}
+    hints = typing.get_type_hints(cls)
+    for part in getattr(cls, "FLAT_PARTS", ()):
+        nested = _nested(hints[part])
+        paths.update({name: f"{part}.{path}" for name, path in flat_paths(nested).items()})
+        paths.update({field.name: f"{part}.{field.name}" for field in dataclasses.fields(nested)})
+    return paths
 
 
 def add_config_arguments(
     parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
     flags: dict[str, tuple[str, ...]] | None = None, prefix: str = "", defaults: Any = None,
+    flag_prefix: str | None = None,
 ) -> None:
     """Add one `--flag` per field of dataclass `cls`, with the field's docstring as help.
 
@@ -170,8 +195,10 @@ def add_config_arguments(
     nested field), so commands can share flag names and keep the names of fields that moved into a nested config;
     they win over the config's own `FLAG_NAMES`, and `()` gives a field no flag.
     A nested dataclass field adds its own fields as `--<field>-<name>` (dest `<field>.<name>`),
-    their defaults read from the field's default (`defaults`, for the nested call).
+    their defaults read from the field's default (`defaults`, for the nested call); the fields of a flat part
+    (named in the config's `FLAT_PARTS`) take `--<name>` (`flag_prefix`, for the nested call).
     """
+    flag_prefix = prefix.replace(".", "_") if flag_prefix is None else flag_prefix
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     flags = _own_flags(cls, flags)
@@ -186,11 +213,12 @@ def add_config_arguments(
             inner = f"{field.name}."
             add_config_arguments(parser, nested, prefix=f"{prefix}{inner}", defaults=default,
                                  skip=tuple(name[len(inner):] for name in skip if name.startswith(inner)),
-                                 flags=_inner_flags(flags, field.name))
+                                 flags=_inner_flags(flags, field.name),
+                                 flag_prefix=_inner_flag_prefix(cls, field.name, flag_prefix))
             continue
         help_text = _help_text(docs.get(field.name, ""), default)
         dest = prefix + field.name
-        names = flags.get(field.name, (_flag(dest.replace(".", "_")),))
+        names = flags.get(field.name, (_flag(flag_prefix + field.name),))
         if not names:  # the config sets this field itself: no flag
             continue
         if _base_type(annotation) is bool:
@@ -217,6 +245,7 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(str(key) for key in set(values) - names)
     if unknown:
+        refuse_set_elsewhere(cls, values, None, source)
         raise LaceInputError(
             f"{source}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
         )
@@ -230,8 +259,11 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
     for key, value in values.items():
         nested = _nested(hints[key])
         if nested is not None and isinstance(value, dict):
+            refuse_set_elsewhere(nested, value, key, source)
             default = _default(fields[key])
-            merged = _merged(config_to_dict(default) if default is not None else {}, value)
+            value = flags_as_fields(nested, value, f"{source}: field '{key}'")  # flat keys into their parts first
+            written = flags_as_fields(nested, config_to_dict(default)) if default is not None else {}
+            merged = _merged(written, value)
             value = config_from_dict(nested, merged, source=f"{source}: field '{key}'")
         else:
             value = _typed_value(hints[key], value, f"{source}: field '{key}'")
@@ -240,6 +272,36 @@ def config_from_dict(cls: type[ConfigT], values: dict[str, Any], source: str = "
         return cls(**converted)
     except ValueError as error:  # a config's own checks (`__post_init__`), named with the source
         raise LaceInputError(f"{source}: {error}") from error
+
+
+def refused_setting(where: str, field: str, expected: str, setter: str, why: str, got: Any) -> LaceInputError:
+    """The one error of a config given a setting made elsewhere: `<where>: field '<field>': expected <expected>:
+    <setter> sets it (<why>) (got <got>)`."""
+    return input_error(where, field, f"{expected}: {setter} sets it" + (f" ({why})" if why else ""), got)
+
+
+def refuse_set_fields(where: str, part: str, given: Any, default: Any, names: tuple[str, ...], setter: str,
+                      why: str = "") -> None:
+    """Refuse a field of `given` (the nested config `part`) among `names` that differs from `default`'s: `setter`
+    sets it itself, so a value given there would be silently replaced."""
+    for name in names:
+        value, expected = getattr(given, name), getattr(default, name)
+        if value != expected:
+            raise refused_setting(where, f"{part}.{name}", repr(expected), setter, why, value)
+
+
+def refuse_set_elsewhere(cls: type, values: dict[str, Any], name: str | None, source: str) -> None:
+    """Refuse each key of `values` (given for field `name`, a `cls`; or for `cls` itself) that `cls` does not hold but
+    the whole config it is the user's share of does (`SET_ELSEWHERE = (whole, setter, why)`: a ground's fine-tune
+    holds the parts of a `TrainConfig` its user sets, the ground sets the rest)."""
+    whole, setter, why = getattr(cls, "SET_ELSEWHERE", (None, "", ""))
+    if whole is None:
+        return
+    own = {f.name for f in dataclasses.fields(cls)} | set(flat_paths(cls)) | set(flag_dests(cls))
+    theirs = {f.name for f in dataclasses.fields(whole)} | set(flat_paths(whole)) | set(flag_dests(whole))
+    for key, value in values.items():
+        if key not in own and key in theirs:
+            raise refused_setting(source, f"{name}.{key}" if name else key, "no setting here", setter, why, value)
 
 
 def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +317,8 @@ def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 def flags_as_fields(cls: type, values: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """`values` with each key that names a flag of a nested field (`knn_index`, or `knn: faiss` where `--knn`
     sets `knn.backend`) moved into the mapping of that nested field; a mapping under a key that is no field but
-    the prefix of flags (`edit: {strength: 2}` for `--edit-strength`) is read as those flags."""
+    the prefix of flags (`edit: {strength: 2}` for `--edit-strength`) is read as those flags; a key that names a
+    field of a flat part (`lr` for `optim.lr`, `edit` for `negatives.edit`) moves into that part's mapping."""
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     dests = flag_dests(cls)
@@ -266,21 +329,22 @@ def flags_as_fields(cls: type, values: dict[str, Any], source: str = "config") -
     routed = {key: value for key, value in values.items()
               if key in fields and not (_nested(hints[key]) is not None and not isinstance(value, dict)
                                         and "." in dests.get(key, ""))}
+    paths = {**flat_paths(cls), **{flag: dest for flag, dest in dests.items() if "." in dest}}
     for key, value in values.items():
-        if key in routed or "." not in dests.get(str(key), ""):
+        if key in routed or str(key) not in paths:
             routed.setdefault(key, value)  # a plain field, or an unknown key for the caller to name
             continue
         key = str(key)
-        *path, name = dests[key].split(".")
+        *path, name = paths[key].split(".")
         target = routed
         for part in path:
             inner = target.setdefault(part, {})
             if not isinstance(inner, dict):
-                raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', but field '{part}' is not "
+                raise LaceInputError(f"{source}: field '{key}' sets '{paths[key]}', but field '{part}' is not "
                                      f"a mapping (got {inner!r})")
             target = inner
         if name in target and target[name] != value:
-            raise LaceInputError(f"{source}: field '{key}' sets '{dests[key]}', which is also given "
+            raise LaceInputError(f"{source}: field '{key}' sets '{paths[key]}', which is also given "
                                  f"({target[name]!r}, not {value!r})")
         target[name] = value
     return routed
@@ -367,8 +431,31 @@ def _with_flags(config: Any, args: argparse.Namespace, prefix: str) -> Any:
     return dataclasses.replace(config, **overrides) if overrides else config
 
 
+def with_changes(config: ConfigT, changes: dict[str, Any], source: str = "changes") -> ConfigT:
+    """`config` with `changes`: values by field, or by the keys YAML takes (a flat part's field, a flag's name);
+    a mapping given for a nested config changes only the fields it names. Values are taken as given (no parsing:
+    `config_from_dict` reads text)."""
+    changes = flags_as_fields(type(config), changes, source)
+    names = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(str(key) for key in set(changes) - names)
+    if unknown:
+        refuse_set_elsewhere(type(config), changes, None, source)
+        raise LaceInputError(f"{source}: unknown field(s) {unknown} for {type(config).__name__}; expected some of "
+                             f"{sorted(names | set(flat_paths(type(config))))}")
+    resolved = {}
+    for name, value in changes.items():
+        current = getattr(config, name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            refuse_set_elsewhere(type(current), value, name, source)
+            value = with_changes(current, value, f"{source}: field '{name}'")
+        resolved[name] = value
+    return dataclasses.replace(config, **resolved)
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a config (paths as strings, tuples as lists)."""
+    """A JSON-ready dict of a config (paths as strings, tuples as lists), the fields of its flat parts (`FLAT_PARTS`)
+    at the top by the names YAML takes for them: the form a config is written in (run folders' config.json, stage
+    keys, results), which reads back through `config_from_dict` like any YAML."""
     def plain(value: Any) -> Any:
         if isinstance(value, Path):
             return str(value)
@@ -378,4 +465,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
             return config_to_dict(value)
         return value
 
-    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    values = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    for part in getattr(config, "FLAT_PARTS", ()):
+        values.update(values.pop(part))
+    return values

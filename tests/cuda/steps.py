@@ -3,7 +3,7 @@ its loss and every parameter's gradient (read by gradient hooks before the optim
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -12,6 +12,7 @@ import torch
 from lace.concepts.directions import directions_from_templates
 from lace.concepts.labelling import label_atoms
 from lace.concepts.vocabulary import load_vocabulary
+from lace.config import with_changes
 from lace.data import read_dataset
 from lace.dictionary.concept_dictionary import ConceptDictionary
 from lace.edits import CounterfactualEditor
@@ -19,6 +20,7 @@ from lace.encoders import load_encoder
 from lace.experiment.variants import variant_config
 from lace.local import LocalEditConfig, build_local_editor
 from lace.train import TrainConfig, train
+from lace.train.config import train_config
 
 SEED = 3
 # arm family -> (the variant of `lace.experiment.variants`, the model it trains)
@@ -45,10 +47,10 @@ class Step:
 
 def arm_config(arm: str, world: Path, out: Path, device: str, precision: str, steps: int = 1, **changes) -> TrainConfig:
     variant, model = ARMS[arm]
-    base = TrainConfig(model=model, data=str(world / "karpathy_coco.json"), output=str(out), steps=steps,
+    base = train_config(model=model, data=str(world / "karpathy_coco.json"), output=str(out), steps=steps,
                        batch_size=8, lr=1e-3, warmup_steps=1, checkpoint_every=0, log_every=1, device=device,
                        precision=precision, seed=SEED, vocabulary=str(world / "vocabulary.yaml"), local=LOCAL)
-    return variant_config(replace(base, **changes), variant)
+    return variant_config(with_changes(base, {**changes}), variant)
 
 
 def initial_encoder(model: str):
@@ -92,7 +94,7 @@ def one_step(arm: str, world: Path, out: Path, device: str, precision: str, edit
     """Train arm `arm` one step on `device` (`changes`: other `TrainConfig` fields); its loss, plain loss and the
     gradients of that step (of the last step, with `steps` > 1)."""
     config = arm_config(arm, world, out, device, precision, **changes)
-    encoder = initial_encoder(config.model)
+    encoder = initial_encoder(config.run.model)
     seen: dict[str, torch.Tensor] = {}
     if gradients:
         for name, parameter in encoder.named_parameters():

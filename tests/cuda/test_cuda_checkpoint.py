@@ -4,7 +4,6 @@ the resumed run starts from are bit for bit those saved, and it then trains as t
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from lace.config import with_changes
 from lace.train import train
 from tests.cuda.devices import CUDA, assert_gradients_close, exact_fp32
 from tests.cuda.steps import arm_config, initial_encoder
@@ -50,7 +50,7 @@ def _resume(config, device: str) -> tuple[dict, dict, dict]:
     """Resume `config`'s run on `device` for one more step: (weights and optimiser state it started from, its
     final weights)."""
     started: dict = {}
-    encoder = initial_encoder(config.model)
+    encoder = initial_encoder(config.run.model)
 
     def before_step(optimizer, *_) -> None:  # the loaded state, before the first step moves it
         if "optimizer" not in started:
@@ -62,7 +62,7 @@ def _resume(config, device: str) -> tuple[dict, dict, dict]:
 
     hook = register_optimizer_step_pre_hook(before_step)
     try:
-        result = train(replace(config, device=device, steps=3, resume="latest"), progress=False, encoder=encoder,
+        result = train(with_changes(config, {"device": device, "steps": 3, "resume": "latest"}), progress=False, encoder=encoder,
                        on_batch=on_batch)
     finally:
         hook.remove()
@@ -77,14 +77,14 @@ def test_a_checkpoint_resumes_exactly_on_the_other_device(written, resumed, worl
                                                                                       _on_cpu(optimizer.state_dict())))
     try:
         with exact_fp32():
-            first = train(config, progress=False, encoder=initial_encoder(config.model))
+            first = train(config, progress=False, encoder=initial_encoder(config.run.model))
     finally:
         hook.remove()
     saved_weights = _on_cpu(first.model.state_dict())
     shutil.copytree(tmp_path / "run", tmp_path / "again")
     with exact_fp32():
         weights, optimizer, moved = _resume(config, resumed)
-        _, _, stayed = _resume(replace(config, output=str(tmp_path / "again")), written)
+        _, _, stayed = _resume(with_changes(config, {"output": str(tmp_path / "again")}), written)
     _assert_equal(weights, saved_weights, "weights")
     _assert_equal(optimizer["state"], saved["optimizer"]["state"], "optimizer state")
     assert_gradients_close(moved, stayed, rtol=1e-4)  # the step after: as on the writing device, in fp32

@@ -2,12 +2,12 @@
 
 import errno
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from lace.config import with_changes
 from lace.train import train
 from lace.train.checkpoints import complete_checkpoints, latest_checkpoint, load_checkpoint
 from tests.conftest import make_images
@@ -64,7 +64,7 @@ def test_failed_checkpoint_write_keeps_the_previous_latest_and_resumes(failing, 
     assert complete == ["step_0000001"] + (["step_0000002"] if failing == ".latest." else [])
     for manifest in complete_checkpoints(run):
         assert load_checkpoint(manifest, run).step == int(manifest.stem[5:])
-    resumed = train(replace(config, resume="latest"), progress=False)
+    resumed = train(with_changes(config, {"resume": "latest"}), progress=False)
     assert resumed.steps == 2
     for key, value in weights_of(resumed).items():
         assert torch.equal(value, reference[key]), key

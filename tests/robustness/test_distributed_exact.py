@@ -8,7 +8,6 @@ pools the global batch, so the edits and the refit are those of one process.
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,10 @@ import torch
 from safetensors.torch import load_file
 
 import lace.train.loop
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
+from lace.train.config import train_config
 from tests.conftest import make_images
 from tests.distributed_support import TOLERANCE, free_port
 from tests.robustness.distributed_runs import plain_sgd
@@ -37,20 +37,18 @@ def configs(tmp_path_factory) -> dict[str, TrainConfig]:
     dictionary, directions, _, _ = vocabulary_dictionary(3, captions, 16)
     dictionary.save(folder / "dictionary")
     directions.save(folder / "dictionary")
-    plain = TrainConfig(model="lace-micro-32", data=str(folder / "pairs.csv"), output="", steps=3, batch_size=8,
+    plain = train_config(model="lace-micro-32", data=str(folder / "pairs.csv"), output="", steps=3, batch_size=8,
                         lr=0.5, warmup_steps=1, grad_clip_norm=None, checkpoint_every=0, device="cpu", seed=3)
-    lace_run = replace(plain, counterfactual_captions=True, counterfactual_images=True,
-                       dictionary=str(folder / "dictionary"), vocabulary=WORLD_VOCABULARY, caption_negatives=True,
-                       refresh_dictionary_every=1, refresh_pool_size=16, grad_accumulation=2)
-    return {name: replace(config, output=str(folder / f"{name}-two"))
+    lace_run = with_changes(plain, {"counterfactual_captions": True, "counterfactual_images": True, "dictionary": str(folder / "dictionary"), "vocabulary": WORLD_VOCABULARY, "caption_negatives": True, "refresh_dictionary_every": 1, "refresh_pool_size": 16, "grad_accumulation": 2})
+    return {name: with_changes(config, {"output": str(folder / f"{name}-two")})
             for name, config in (("plain", plain), ("lace", lace_run))}
 
 
 def one_process(config: TrainConfig, monkeypatch, **changes) -> dict[str, torch.Tensor]:
     monkeypatch.setattr(lace.train.loop, "build_optimizer", plain_sgd)
-    output = str(Path(config.output).with_name(Path(config.output).name.replace("-two", "-one")))
+    output = str(Path(config.run.output).with_name(Path(config.run.output).name.replace("-two", "-one")))
     changes.setdefault("output", output)
-    result = train(replace(config, overwrite=True, **changes), progress=False)
+    result = train(with_changes(config, {"overwrite": True, **changes}), progress=False)
     return {k: v.detach().clone() for k, v in result.model.state_dict().items()}
 
 
@@ -69,17 +67,17 @@ def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs,
     assert done.returncode == 0, done.stderr[-3000:]
     ones = {}
     for name, config in configs.items():
-        two = load_file(str(latest_checkpoint(Path(config.output)).with_suffix(".safetensors")))
+        two = load_file(str(latest_checkpoint(Path(config.run.output)).with_suffix(".safetensors")))
         one = ones[name] = one_process(config, monkeypatch)
         difference = largest_difference(two, one)
         print(f"{name}: largest difference between 2 processes and 1: {difference:.2e}")
         assert difference <= TOLERANCE, f"{name}: 2 processes differ from 1 by {difference:.2e}"
         if name == "lace":
-            metrics = [json.loads(line) for line in (Path(config.output) / "metrics.jsonl").read_text().splitlines()]
+            metrics = [json.loads(line) for line in (Path(config.run.output) / "metrics.jsonl").read_text().splitlines()]
             assert all(m["caption_negatives_valid_rows"] > 0 and m["image_negatives_valid_rows"] > 0 for m in metrics)
     # the check can fail: a gradient twice too large (as from summing instead of averaging over two
     # processes) is, under plain SGD, a doubled learning rate, and moves the weights far beyond the tolerance
-    doubled = one_process(configs["plain"], monkeypatch, lr=2 * configs["plain"].lr,
+    doubled = one_process(configs["plain"], monkeypatch, lr=2 * configs["plain"].optim.lr,
                           output=str(tmp_path / "doubled"))
     moved = largest_difference(doubled, ones["plain"])
     print(f"a doubled gradient moves the weights by up to {moved:.2e}")

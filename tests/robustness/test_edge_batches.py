@@ -26,7 +26,8 @@ from lace.errors import LaceInputError
 from lace.eval.diagnostics import geometry_diagnostics
 from lace.io import read_json
 from lace.losses import clip_loss, duplicate_pairs, lace_loss
-from lace.train import TensorPairs, TrainConfig, train
+from lace.train import TensorPairs, train
+from lace.train.config import train_config
 from tests.toy_concepts import toy_directions, toy_editor
 
 
@@ -122,7 +123,7 @@ def test_geometry_of_one_image_and_one_caption(toy):
 
 def test_the_trainer_runs_single_sample_batches(tmp_path):
     pixels = torch.randn(4, 3, 32, 32)
-    config = TrainConfig(model="lace-micro-32", output=str(tmp_path / "run"), steps=2, batch_size=1, lr=1e-3,
+    config = train_config(model="lace-micro-32", output=str(tmp_path / "run"), steps=2, batch_size=1, lr=1e-3,
                          warmup_steps=0, log_every=1, checkpoint_every=2, device="cpu", seed=0)
     result = train(config, dataset=TensorPairs(pixels, [["a red square"], ["a blue circle"]] * 2), progress=False)
     assert result.steps == 2 and result.checkpoint_path.is_file()

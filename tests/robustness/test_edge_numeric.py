@@ -20,7 +20,8 @@ from lace.errors import LaceInputError
 from lace.eval.diagnostics import geometry_diagnostics
 from lace.eval.metrics import pairwise_accuracy, retrieval_recall, winoground_scores
 from lace.losses import clip_loss, lace_loss
-from lace.train import TensorPairs, TrainConfig, train
+from lace.train import TensorPairs, train
+from lace.train.config import train_config
 from tests.toy_concepts import toy_editor
 
 BAD_VALUES = (float("nan"), float("inf"), float("-inf"))
@@ -111,7 +112,7 @@ def test_a_nan_score_never_beats_anything():
 def test_a_diverged_run_stops_before_writing_a_checkpoint(tmp_path):
     pixels = torch.randn(8, 3, 32, 32)
     pixels[3] = float("nan")  # one poisoned image: its embedding, the loss and then the weights go NaN
-    config = TrainConfig(model="lace-micro-32", output=str(tmp_path / "run"), steps=3, batch_size=8, lr=1e-3,
+    config = train_config(model="lace-micro-32", output=str(tmp_path / "run"), steps=3, batch_size=8, lr=1e-3,
                          warmup_steps=0, log_every=1, checkpoint_every=1, device="cpu", seed=0)
     with pytest.raises(LaceInputError, match=r"loss is nan at step 1.*no checkpoint was written"):
         train(config, dataset=TensorPairs(pixels, [["a red square"]] * 8), progress=False)

@@ -8,9 +8,14 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from lace.config import add_config_arguments, config_from_args, flag_dests, flags_as_fields
+from lace.config import (
+    add_config_arguments,
+    config_from_args,
+    flag_dests,
+    flags_as_fields,
+    with_changes,
+)
 from lace.demo.config import DemoConfig
-from lace.experiment.variants import with_changes
 
 
 def add_parser(subparsers) -> None:

@@ -6,22 +6,23 @@ import argparse
 import os
 
 from lace.commands.common import add_progress_argument
-from lace.config import add_config_arguments, config_from_args
+from lace.config import add_config_arguments, config_from_args, with_changes
 from lace.data.flickr8k import ENV_VARIABLE
 from lace.edits.config import EditConfig
 from lace.errors import input_error
-from lace.study.config import TOP_ARMS, TOPS_SET_BY_STUDY, TopsStudyConfig
+from lace.study.config import TOP_ARMS, TopsFinetune, TopsStudyConfig
 
 # TopsStudyConfig fields the command's own flags set (shared with the locked-tower study)
-TOPS_OWN_FLAGS = ("data", "out", "feature_cache", "seeds", "arms", "split", "edit", "zeroshot_root",
+TOPS_OWN_FLAGS = ("data", "out", "feature_cache", "seeds", "arms", "split", "finetune.negatives.edit", "zeroshot_root",
                   "zeroshot_classnames", "zeroshot_templates", "progress")
 
 
 # Fields that do not apply to the tops: the local editor acts on the cached maps themselves (no tower layer to
 # choose, fitted on every training image by Gaussian transport), one rule-made negative per caption is cached,
 # and the dictionary takes the study's vocabulary.
-TOPS_NOT_ON_MAPS = ("local.layer", "local.locate_layer", "local.text_layer", "local.operator", "local.fit_images",
-                    "finetune.rule_negatives_per_caption", "dictionary.vocabulary")
+TOPS_NOT_ON_MAPS = (*(f"finetune.negatives.local.{name}" for name in ("layer", "locate_layer", "text_layer", "operator",
+                                                                       "fit_images")),
+                    "finetune.negatives.rule_negatives_per_caption", "dictionary.vocabulary")
 
 
 def add_parser(subparsers) -> None:
@@ -68,8 +69,7 @@ def add_parser(subparsers) -> None:
                       help="split to measure on (default: val; test once, at the end: it reuses every trained model)")
     add_config_arguments(flickr, EditConfig, prefix="edit.")
     add_config_arguments(flickr, TopsStudyConfig,
-                         skip=TOPS_OWN_FLAGS + tuple(f"finetune.{name}" for name in TOPS_SET_BY_STUDY)
-                         + TOPS_NOT_ON_MAPS)
+                         skip=TOPS_OWN_FLAGS + TOPS_NOT_ON_MAPS)
     add_progress_argument(flickr)
     flickr.set_defaults(func=run)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
@@ -100,7 +100,8 @@ def tops_config(args: argparse.Namespace, edit: EditConfig) -> TopsStudyConfig:
     """The tower-tops study's config from every flag the command shows."""
     arms = TOP_ARMS if args.arm_names == "all" else tuple(name.strip() for name in args.arm_names.split(","))
     base = TopsStudyConfig(data=args.data, out=args.out, feature_cache=args.feature_cache, arms=arms, seeds=args.seeds,
-                           split=args.split, edit=edit, zeroshot_root=args.zeroshot_root,
+                           split=args.split, finetune=with_changes(TopsFinetune(), {"edit": edit}),
+                           zeroshot_root=args.zeroshot_root,
                            zeroshot_classnames=args.zeroshot_classnames, zeroshot_templates=args.zeroshot_templates,
                            progress=args.progress)
     return config_from_args(TopsStudyConfig, args, base=base)

@@ -12,12 +12,12 @@ from lace.train.config import TrainConfig
 
 # open_clip_train's names for the same settings are aliases (docs/cli.md maps every open_clip_train flag)
 TRAIN_FLAGS = {
-    "output": ("--out", "--output"),
-    "data": ("--data", "--train-data"),
-    "weight_decay": ("--weight-decay", "--wd"),
-    "num_workers": ("--workers", "--num-workers"),
-    "warmup_steps": ("--warmup-steps", "--warmup"),
-    "log_every": ("--log-every", "--log-every-n-steps"),
+    "run.output": ("--out", "--output"),
+    "run.data": ("--data", "--train-data"),
+    "optim.weight_decay": ("--weight-decay", "--wd"),
+    "run.num_workers": ("--workers", "--num-workers"),
+    "optim.warmup_steps": ("--warmup-steps", "--warmup"),
+    "log.log_every": ("--log-every", "--log-every-n-steps"),
 }
 
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args.threads)
     config = config_from_args(TrainConfig, args, yaml_path=args.config)
-    with removed_on_failure(config.output):  # bad input: no half-made run folder left behind
+    with removed_on_failure(config.run.output):  # bad input: no half-made run folder left behind
         result = train(config, progress=args.progress)
     if os.environ.get("RANK", "0") == "0":  # one summary line, from the main process
         print(f"trained {result.steps} steps; checkpoint {result.checkpoint_path}; metrics {result.metrics_path}"

@@ -6,13 +6,13 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
+from lace.config import refuse_set_fields
 from lace.edits.config import EDIT_KINDS, EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
-from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import CHOSEN_BEST, ROLES, check_variants, with_caption_negatives
 from lace.local.config import LocalEditConfig
-from lace.train.config import TrainConfig
+from lace.train.config import LogConfig, NegativesConfig, OptimConfig, RunConfig, TrainConfig
 
 CORE_VARIANTS = (*ROLES["plain"], *ROLES["text_only"], *ROLES["as_specified"], CHOSEN_BEST,
                  with_caption_negatives(CHOSEN_BEST))
@@ -56,18 +56,54 @@ random directions shaped by the data's covariance (the library default) are them
 concepts that span a tiny model's space, which left most concepts of the world without an atom."""
 SET_BY_THE_DEMO = ("vocabulary", "seed")
 """Dictionary fields the demo sets itself: its world's vocabulary and its --seed."""
-DEMO_FINETUNE = TrainConfig(steps=250, lr=5e-4, edit=EditConfig(kinds=EDIT_KINDS), device="cpu", overwrite=True,
-                            checkpoint_every=0, log_every=25)
+DEMO_WARMUP = "a tenth of the fine-tune's steps, at least 1, at most 50"
+
+
+@dataclass
+class DemoFinetune:
+    """The parts of each fine-tune a demo user sets: its length, its optimiser (but the warm-up), how its negatives
+    are made and what it logs. The demo sets the run (model, data, batch size, seeds, folders) and each variant sets
+    its arm's switches (`lace.experiment.variants`)."""
+
+    FLAT_PARTS: ClassVar[tuple[str, ...]] = ("optim", "negatives", "log")
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **{f"negatives.edit.{f.name}": (f"--edit-{f.name.replace('_', '-')}",) for f in fields(EditConfig)},
+        "negatives.edit.n_edits": ("--n-edits", "--edit-n-edits"),
+        **{f"negatives.local.{f.name}": (f"--local-{f.name.replace('_', '-')}",) for f in fields(LocalEditConfig)},
+        "negatives.counterfactual_weight": ("--counterfactual-weight",),
+        "negatives.refresh_dictionary_every": ("--refresh-dictionary-every",),
+        "optim.warmup_steps": ()}
+    """The flags from before the fine-tune was nested (`--n-edits`, `--edit-*`, `--local-*`); the warm-up is the
+    demo's."""
+    SET_ELSEWHERE: ClassVar[tuple[type, str, str]] = (
+        TrainConfig, "the demo", "its world, model, batch size, seeds and each arm's switches")
+    """A fine-tune key this part does not hold is the demo's (or its variants')."""
+
+    steps: int = 250
+    """Optimiser steps of each fine-tune (`RunConfig.steps`)."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=5e-4))
+    """The optimiser: peak learning rate 5e-4 (`--finetune-lr`, `--finetune-<knob>`); the warm-up is the demo's (a
+    tenth of the steps, at most 50)."""
+    negatives: NegativesConfig = field(default_factory=lambda: NegativesConfig(edit=EditConfig(kinds=EDIT_KINDS)))
+    """How the negatives are made: METHOD.md's three edit kinds plus rebind (`--n-edits`, `--edit-*`, `--local-*`,
+    `--counterfactual-weight`, `--refresh-dictionary-every`, `--finetune-<knob>`); its `edit` is also the editor of
+    edit retrieval and the edit grids."""
+    log: LogConfig = field(default_factory=lambda: LogConfig(log_every=25))
+    """What each fine-tune logs (`--finetune-log-every`, `--finetune-tensorboard`)."""
+
+    def __post_init__(self):
+        refuse_set_fields("DemoConfig", "finetune", self.optim, OptimConfig(), ("warmup_steps",), "the demo",
+                          DEMO_WARMUP)
+
+    def train_config(self, **run: object) -> TrainConfig:
+        """The `TrainConfig` of one fine-tune: `run` (`RunConfig` fields the demo sets) with these parts."""
+        own = {"steps": self.steps, "device": "cpu", "overwrite": True, "checkpoint_every": 0}
+        return TrainConfig(run=RunConfig(**{**own, **run}), optim=self.optim, negatives=self.negatives, log=self.log)
+
+
+DEMO_FINETUNE = DemoFinetune()
 """The demo's fine-tune: 250 steps at peak learning rate 5e-4, METHOD.md's three edit kinds plus rebind, on the
 CPU, one checkpoint at the end."""
-FINETUNE_SET_BY_THE_DEMO = (
-    "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "batch_size",
-    "warmup_steps", "device", "seed", "dictionary", "vocabulary", "checkpoint_every", "keep_checkpoints", "loss", "sources",
-    *ARM_SWITCHES)
-"""Fine-tune fields the demo sets itself: the model, its data and run folders, the batch size, the warm-up (a
-tenth of the steps, at most 50), the seeds, the loss (`DemoConfig.loss`, the base's too), and the switches each arm
-of `lace.experiment.variants` sets (`ARM_SWITCHES`; the pairs layout's weight, `--finetune-edited-rows-weight`,
-stays a knob)."""
 
 
 @dataclass
@@ -121,11 +157,11 @@ class DemoConfig:
     dictionary: DictionaryConfig = field(default_factory=lambda: replace(DEMO_DICTIONARY))
     """The concept dictionary fitted on the base (`--atoms` K, `--sparsity` s, `--dictionary-*`); it is fitted
     on the world's vocabulary with --seed."""
-    finetune: TrainConfig = field(default_factory=lambda: replace(DEMO_FINETUNE))
-    """Each fine-tune on COCO-like captions, a delta on `TrainConfig` (`--finetune-steps`, `--finetune-lr`,
+    finetune: DemoFinetune = field(default_factory=DemoFinetune)
+    """The parts of each fine-tune on COCO-like captions a user sets (`--finetune-steps`, `--finetune-lr`,
     `--n-edits`, `--counterfactual-weight`, `--edit-*`, `--local-*`, `--refresh-dictionary-every`, and
     `--finetune-<knob>` for any other); the model, batch size, seeds, data, warm-up and each variant's switches
-    are the demo's. Its `edit` is also the editor of edit retrieval and the edit grids."""
+    are the demo's."""
     only_variants: tuple[str, ...] = ()
     """Fine-tuning variants to run (empty: the four core ones, plus the ablations with --full)."""
     progress: bool = True
@@ -133,22 +169,14 @@ class DemoConfig:
 
     FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
         "dictionary.atoms": ("--atoms",), "dictionary.sparsity": ("--sparsity",),
-        **{f"dictionary.{name}": () for name in SET_BY_THE_DEMO},
-        **{f"finetune.edit.{f.name}": (f"--edit-{f.name.replace('_', '-')}",) for f in fields(EditConfig)},
-        "finetune.edit.n_edits": ("--n-edits", "--edit-n-edits"),
-        **{f"finetune.local.{f.name}": (f"--local-{f.name.replace('_', '-')}",) for f in fields(LocalEditConfig)},
-        "finetune.counterfactual_weight": ("--counterfactual-weight",),
-        "finetune.refresh_dictionary_every": ("--refresh-dictionary-every",),
-        **{f"finetune.{name}": () for name in FINETUNE_SET_BY_THE_DEMO}}
-    """The flags from before the dictionary and the fine-tune were nested configs; no flag for what the demo
-    sets."""
+        **{f"dictionary.{name}": () for name in SET_BY_THE_DEMO}}
+    """The flags from before the dictionary was a nested config; no flag for what the demo sets (the fine-tune's
+    are `DemoFinetune.FLAG_NAMES`)."""
 
     def __post_init__(self):
         check_variants(self.only_variants, "DemoConfig", "only_variants")
         why = "its world, model, batch size, seeds and each arm's switches"
         refuse_set_fields("DemoConfig", "dictionary", self.dictionary, DEMO_DICTIONARY, SET_BY_THE_DEMO, "the demo", why)
-        refuse_set_fields("DemoConfig", "finetune", self.finetune, DEMO_FINETUNE, FINETUNE_SET_BY_THE_DEMO, "the demo",
-                          why)
         if self.jobs < 0:
             raise input_error("DemoConfig", "jobs", "0 (one per core) or a number of worker processes", self.jobs)
         if self.loss not in DEMO_LOSSES:

@@ -73,8 +73,8 @@ def dictionary_config(config: DemoConfig, vocabulary: str) -> DictionaryConfig:
 
 
 def make_editor(labelled: LabelledDictionary, config: DemoConfig, **overrides) -> CounterfactualEditor:
-    """The editor of the fine-tunes' `config.finetune.edit`, with `overrides` (EditConfig fields) on top."""
-    return build_editor(labelled, dataclasses.replace(config.finetune.edit, **overrides))
+    """The editor of the fine-tunes' `config.finetune.negatives.edit`, with `overrides` (EditConfig fields) on top."""
+    return build_editor(labelled, dataclasses.replace(config.finetune.negatives.edit, **overrides))
 
 
 def owned_concept_names(labelled: LabelledDictionary) -> set[str]:
@@ -140,7 +140,7 @@ def edit_retrieval_stage(
         if not {source, target} <= owned:
             results[pair] = {"skipped": f"{source} or {target} owns no aligned atom"}
             continue
-        figures = transplant_pair_retrieval(labelled, gallery, shown, concept_names, pair, config.finetune.edit, k=10,
+        figures = transplant_pair_retrieval(labelled, gallery, shown, concept_names, pair, config.finetune.negatives.edit, k=10,
                                        seed=config.seed)
         if not figures["edited"]:
             results[pair] = {"skipped": f"no valid transplant among {int(figures['candidates'])} images showing {source}"}
@@ -149,7 +149,7 @@ def edit_retrieval_stage(
         results[pair] = {**_finite(figures), **counts}
     texts = torch.from_numpy(embed_texts(encoder, dataset.captions, progress=False))
     editor = make_editor(labelled, config)
-    report = edit_report(editor, gallery, "image", texts, n_edits=config.finetune.edit.n_edits, seed=config.seed)
+    report = edit_report(editor, gallery, "image", texts, n_edits=config.finetune.negatives.edit.n_edits, seed=config.seed)
     return {"transplants": results, "edit_kinds": {k: _finite(v) for k, v in report.items()}}
 
 
@@ -162,7 +162,7 @@ def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_d
     pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
     gallery = embed_pixels(encoder, pixels)
     owned = owned_concept_names(labelled)
-    strengths = (config.finetune.edit.strength, 4 * config.finetune.edit.strength)
+    strengths = (config.finetune.negatives.edit.strength, 4 * config.finetune.negatives.edit.strength)
     grids = {}
     for pair in pairs:
         source, target = pair.split("=")
@@ -172,7 +172,7 @@ def edit_grids_stage(labelled: LabelledDictionary, encoder: DualEncoder, world_d
         grids[pair] = edit_grid_stage(
             labelled, gallery, dataset.captions, dataset.caption_image_index, f"transplant:{pair}",
             dataset.load_image, figures / f"edit_grid_{source}_{target}.png", strengths, n_sources=n_sources, k=k,
-            seed=config.seed, config=dataclasses.replace(config.finetune.edit, kinds=("transplant",), target=pair),
+            seed=config.seed, config=dataclasses.replace(config.finetune.negatives.edit, kinds=("transplant",), target=pair),
             image_names=[Path(record.image_path).name for record in dataset.records])
     return grids
 

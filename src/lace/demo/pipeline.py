@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.data.world import WorldConfig, generate_world
 from lace.demo.config import CALIBRATED_WORLD, CLIP_SUGARCREPE, DemoConfig
 from lace.demo.dictionary_stage import (
@@ -62,7 +62,9 @@ from lace.experiment.wise_ft import ALPHAS as WISE_FT_ALPHAS
 from lace.experiment.wise_ft import wise_ft_stage
 from lace.experiment.zeroshot import world_zeroshot_root, zeroshot_figures
 from lace.io import atomic_write_json, read_json
-from lace.train import TensorPairs, TrainConfig, export_run, train
+from lace.train import TensorPairs, export_run, train
+from lace.train.config import TrainConfig
+from lace.train.config import train_config as train_config_of
 
 INSTRUMENT_EDITS = 4
 """M of the one instrument every model's brittleness to counterfactual edits is measured with (the default editor
@@ -217,7 +219,7 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
                       labelled) -> BaseMeasures:
     """Edit retrieval, and the base's zero-shot figures and evaluation, each one cached stage."""
     world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
-    edit_key = stage_key(foundation.dictionary_key, config.finetune.edit.strength, config.finetune.edit.n_edits)
+    edit_key = stage_key(foundation.dictionary_key, config.finetune.negatives.edit.strength, config.finetune.negatives.edit.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
         labelled, encoder, world_dir, vocabulary, config))
     # zero-shot on the world's shape/colour/count tasks, written beside the run: the world may be shared read-only
@@ -242,7 +244,7 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
                            arms: ArmStages) -> tuple[list[Stage], Stage | dict]:
     """The stages that run side by side: every fine-tune (costliest arm first), WiSE-FT, the edit grids, then each
     fine-tune's evaluation and zero-shot; with the WiSE-FT stage (or the summary saying why it was skipped)."""
-    grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.edit), "grids"),
+    grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.negatives.edit), "grids"),
                   partial(edit_grids_stage, labelled, foundation.encoder, foundation.world_dir, config, out / "figures"))
     wise_ft = _wise_ft(config, out, foundation.base_key, arms, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest arm first,
@@ -262,7 +264,7 @@ def _demo_arms(config: DemoConfig, out: Path, foundation: Foundation, labelled, 
     world_dir, vocabulary, dictionary_key = foundation.world_dir, foundation.vocabulary, foundation.dictionary_key
     # side by side, the fine-tunes' progress bars would overwrite each other: the stages' bar stands for them
     quiet = replace(config, progress=False) if config.workers > 1 else config
-    knobs = config_to_dict(config.finetune)
+    knobs = config_to_dict(config.finetune.train_config())  # keyed as when the fine-tune was a whole TrainConfig
     general = {name: value for name, value in knobs.items() if name not in LACE_KNOBS + ("local",)}
     finetune_key = stage_key(foundation.base_key, general, config.batch_size)
     lace_key = stage_key(dictionary_key, {name: knobs[name] for name in LACE_KNOBS})
@@ -342,8 +344,9 @@ def _wise_ft(config: DemoConfig, out: Path, base_key: str, arms: ArmStages, zero
 def measures_provenance(config: DemoConfig) -> bool:
     """Whether the demo runs the provenance stage: with --full or chosen arms, when some variant edits the images
     themselves (inside the image tower, or by the renderer); the default demo, kept short, does not."""
-    return bool(config.full or config.only_variants) and any(trained.local_image_negatives or trained.rendered_negatives
-               for trained in (variant_config(config.finetune, variant) for variant in config.variants))
+    return bool(config.full or config.only_variants) and any(trained.arm.local_image_negatives
+                                                             or trained.arm.rendered_negatives
+               for trained in (variant_config(TrainConfig(), variant) for variant in config.variants))
 
 
 @dataclass
@@ -365,9 +368,9 @@ def _provenance(config: DemoConfig, foundation: Foundation, coco: TensorPairs, p
                 decoded: dict) -> Provenance:
     """The provenance probe of this demo (the instrument is fitted only when some stage needs it)."""
     instrument = ProvenanceInstrument(
-        partial(fit_instrument, config.finetune.local, foundation.encoder, coco, foundation.vocabulary, config.seed),
+        partial(fit_instrument, config.finetune.negatives.local, foundation.encoder, coco, foundation.vocabulary, config.seed),
         partial(held_out_split, foundation.world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
-    key = stage_key(foundation.base_key, config_to_dict(config.finetune.local), config.seed, "provenance")
+    key = stage_key(foundation.base_key, config_to_dict(config.finetune.negatives.local), config.seed, "provenance")
     return Provenance(instrument, key, config.model, config.progress and config.workers <= 1)
 
 
@@ -404,7 +407,7 @@ def _own_keys(config: DemoConfig, variant: str, lace_key: str) -> list:
     """What a variant's fine-tune depends on beyond the base, the data order, the general knobs and the seed."""
     keys = [lace_key if uses_counterfactuals(variant) else None]
     if uses_local(variant):
-        keys.append(stage_key(config_to_dict(config.finetune.local)))
+        keys.append(stage_key(config_to_dict(config.finetune.negatives.local)))
     return keys
 
 
@@ -439,10 +442,10 @@ def _warmup_steps(config: DemoConfig) -> int:
 
 
 def _pretrain(config: DemoConfig, pairs: TensorPairs, out: Path, base_path: Path) -> dict:
-    train_config = TrainConfig(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
-                               batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
-                               warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
-                               lr=config.base_lr, seed=config.pretraining_seed, loss=config.loss)
+    train_config = train_config_of(model=config.model, output=str(out / "runs" / "base"), overwrite=True,
+                                   batch_size=config.batch_size, checkpoint_every=0, log_every=25, device="cpu",
+                                   warmup_steps=_warmup_steps(config), pretrained=None, steps=config.base_steps,
+                                   lr=config.base_lr, seed=config.pretraining_seed, loss=config.loss)
     result = train(train_config, dataset=pairs, progress=config.progress)
     export_run(result.run_dir, base_path, overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
@@ -461,11 +464,11 @@ def _finetune(config: DemoConfig, run: Run, pairs: TensorPairs, out: Path, base_
     """One fine-tune: `config.finetune` with what the demo sets and `run`'s arm's delta, exported to
     `run.model_file(out, ".pt")`; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
-    train_config = variant_config(replace(
-        config.finetune, model=config.model, output=str(run.run_folder(out)),
-        batch_size=config.batch_size, warmup_steps=_warmup_steps(config), pretrained=str(base_path), seed=run.seed,
-        vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")), run.arm)
-    editor = build_editor(labelled, train_config.edit) if train_config.uses_counterfactuals else None
+    train_config = variant_config(with_changes(config.finetune.train_config(
+        model=config.model, output=str(run.run_folder(out)), batch_size=config.batch_size, pretrained=str(base_path),
+        seed=run.seed, vocabulary=vocabulary, loss=config.loss, data=str(Path(vocabulary).parent / "karpathy_coco.json")),
+        {"warmup_steps": _warmup_steps(config)}), run.arm)
+    editor = build_editor(labelled, train_config.negatives.edit) if train_config.arm.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
                    rendered=rendered() if rendered is not None else None)
     export_run(result.run_dir, run.model_file(out, ".pt"), overwrite=True)

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from lace.config import flags_as_fields
+from lace.config import flags_as_fields, with_changes
 from lace.demo.config import DemoConfig
 from lace.demo.pipeline import run_demo
 from lace.demo.report import BINDING_COLUMNS, GEOMETRY_COLUMNS, aggregate
 from lace.errors import LaceInputError, input_error
-from lace.experiment.variants import with_changes
 from lace.io import atomic_write_json, read_json
 from lace.manifest import entry_manifest
 from lace.report.document import Report, Table

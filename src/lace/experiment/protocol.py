@@ -22,25 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
 
-from lace.errors import input_error
 from lace.experiment.parallel import Stage
-from lace.experiment.variants import VARIANTS
-
-ARM_SWITCHES: tuple[str, ...] = tuple(sorted({name for changes in VARIANTS.values() for name, value in changes.items()
-                                              if not isinstance(value, dict)}))
-"""Every `TrainConfig` field some arm sets itself (its switches): a ground never lets a user set them."""
-
-
-def refuse_set_fields(where: str, part: str, given: object, default: object, names: Iterable[str],
-                      setter: str, why: str = "") -> None:
-    """Refuse a field of `given` (the nested config `part` of a ground's config) among `names` that differs from
-    `default`'s: `setter` (the ground) sets it itself, for the reason `why`, so a value given there would be
-    silently replaced."""
-    for name in names:
-        value, expected = getattr(given, name), getattr(default, name)
-        if value != expected:
-            raise input_error(where, f"{part}.{name}", f"{expected!r}: {setter} sets it" + (f" ({why})" if why else ""),
-                              value)
 
 
 def arm_folder(arm: str) -> str:
@@ -145,4 +127,4 @@ def by_arm(per_run: Mapping[Run, dict]) -> dict[str, list[dict]]:
     return grouped
 
 
-__all__ = ["ARM_SWITCHES", "ArmStages", "Measure", "Run", "arm_folder", "by_arm", "refuse_set_fields", "runs"]
+__all__ = ["ArmStages", "Measure", "Run", "arm_folder", "by_arm", "runs"]

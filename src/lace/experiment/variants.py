@@ -1,14 +1,15 @@
 """Named training variants, each a delta on a `TrainConfig`: the one table every experiment uses.
 
-Adding a training arm is one entry here. A delta maps `TrainConfig` fields to values; a nested
-config (the editor's `edit`) takes a mapping of its own fields, merged over the base's.
+Adding a training arm is one entry here. A delta maps `TrainConfig` keys (the fields of its `arm` part, by the
+names YAML takes for them) to values; a nested config (the editor's `edit`) takes a mapping of its own fields,
+merged over the base's (`lace.config.with_changes`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from lace.config import with_changes
 from lace.errors import input_error
 
 METHOD_EDITS = ("attenuate", "swap", "transplant")
@@ -84,18 +85,6 @@ def with_caption_negatives(name: str) -> str | None:
     """The variant that is `name` with rule-made caption negatives added, or None."""
     wanted = {**VARIANTS[name], "caption_negatives": True}
     return next((other for other, changes in VARIANTS.items() if changes == wanted and other != name), None)
-
-
-def with_changes(config: Any, changes: dict[str, Any]) -> Any:
-    """`config` (a dataclass) with `changes` applied; a mapping given for a nested dataclass
-    field changes only the fields it names."""
-    resolved = {}
-    for name, value in changes.items():
-        current = getattr(config, name)
-        if dataclasses.is_dataclass(current) and isinstance(value, dict):
-            value = with_changes(current, value)
-        resolved[name] = value
-    return dataclasses.replace(config, **resolved)
 
 
 def variant_config(base: Any, name: str) -> Any:

@@ -5,16 +5,15 @@ Every default was chosen for the full Flickr8k on a small CPU; the tests shrink 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from lace.edits.config import EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
-from lace.experiment.protocol import ARM_SWITCHES, refuse_set_fields
 from lace.experiment.variants import check_variants
 from lace.local.config import LocalEditConfig
-from lace.train.config import TrainConfig
+from lace.train.config import NegativesConfig, OptimConfig, RunConfig, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -168,18 +167,52 @@ TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives"
             "LACE-local image-side pairs + caption negatives")
 """Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order."""
 
-TOPS_FINETUNE = TrainConfig(lr=5e-4, pretrained_lr_scale=0.1, epochs=8.0, batch_size=256, warmup_steps=20,
-                            weight_decay=0.1, grad_clip_norm=None, precision="fp32", device="cpu")
+@dataclass(frozen=True)
+class TopsFinetune:
+    """The parts of every arm's fine-tune a tops study user sets: its length, batch and precision, its optimiser
+    and how its negatives are made (the study's editors: `--edit-*`, `--local-*`). The study sets the run (model,
+    data, seeds, folders) and each arm its switches (`lace.experiment.variants`)."""
+
+    FLAT_PARTS: ClassVar[tuple[str, ...]] = ("optim", "negatives")
+    FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **{f"negatives.edit.{f.name}": (f"--edit-{f.name.replace('_', '-')}",) for f in fields(EditConfig)},
+        **{f"negatives.local.{f.name}": (f"--local-{f.name.replace('_', '-')}",) for f in fields(LocalEditConfig)}}
+    """The editors' flags from before they moved into the fine-tune (`--edit-<knob>`, `--local-<knob>`)."""
+    SET_ELSEWHERE: ClassVar[tuple[type, str, str]] = (
+        TrainConfig, "the study", "its model, data, seeds and each arm's switches")
+    """A fine-tune key this part does not hold is the study's (or its arms')."""
+
+    epochs: float | None = 8.0
+    """Passes over the fine-tune images (`RunConfig.epochs`; None: `steps`)."""
+    steps: int = 1000
+    """Optimiser steps when epochs is None (`RunConfig.steps`)."""
+    batch_size: int = 256
+    """Pairs per contrastive batch (`RunConfig.batch_size`; at most the fine-tune images)."""
+    precision: str = "fp32"
+    """fp32, bf16 or auto (`RunConfig.precision`)."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
+        lr=5e-4, pretrained_lr_scale=0.1, warmup_steps=20, weight_decay=0.1, grad_clip_norm=None))
+    """Heads and scale at 5e-4, the pretrained top layers at a tenth of it, no gradient clipping (the setting the
+    recorded figures were trained with)."""
+    negatives: NegativesConfig = field(default_factory=lambda: NegativesConfig(local=LocalEditConfig(n_edits=2)))
+    """The counterfactual editor of LACE's pooled arms (`edit`) and LACE-local on the cached maps (`local`: the maps
+    are the editor's layer, so only n_edits and group apply), with the other negatives' knobs."""
+
+    def train_config(self, **run: object) -> TrainConfig:
+        """The `TrainConfig` of one fine-tune: `run` (`RunConfig` fields the study sets) with these parts."""
+        own = {"epochs": self.epochs, "steps": self.steps, "batch_size": self.batch_size, "precision": self.precision,
+               "device": "cpu"}
+        return TrainConfig(run=RunConfig(**{**own, **run}), optim=self.optim, negatives=self.negatives)
+
+    def validate(self, where: str) -> TopsFinetune:
+        self.train_config().validate()
+        return self
+
+
+TOPS_FINETUNE = TopsFinetune()
 """The tops' fine-tune, as the protocol chose it on validation (docs/flickr8k-top.md): heads and scale at 5e-4,
 the pretrained top layers at a tenth of it, 8 epochs of batch 256 over the fine-tune images (88 steps), no
-gradient clipping (the setting the recorded figures were trained with)."""
-
-TOPS_SET_BY_STUDY = (
-    "model", "pretrained", "data", "split", "image_root", "output", "overwrite", "resume", "seed", "edit", "local",
-    "vocabulary", "dictionary", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "num_workers",
-    "cache_images", "on_missing_image", "device", "sources", *ARM_SWITCHES)
-"""Fine-tune fields the tops study sets itself: the model, its data, where it runs, the editors (its own `edit` and
-`local`) and the switches each arm of `lace.experiment.variants` sets (`ARM_SWITCHES`)."""
+gradient clipping."""
 
 
 @dataclass(frozen=True)
@@ -204,13 +237,9 @@ class TopsStudyConfig:
     base: HeadsTraining = DEFAULT_BASE_GRID[3]
     """The heads-only base (`--base-<field>`; default: row 3 of the locked study's base grid, the protocol's
     choice on validation)."""
-    finetune: TrainConfig = field(default_factory=lambda: TOPS_FINETUNE)
-    """Every arm's fine-tune (`--finetune-<field>`); the study sets the model, data, seed and the arm's switches."""
-    edit: EditConfig = field(default_factory=EditConfig)
-    """The counterfactual editor of LACE's pooled arms (`--edit-<knob>`)."""
-    local: LocalEditConfig = field(default_factory=lambda: LocalEditConfig(n_edits=2))
-    """LACE-local on the cached maps (`--local-<knob>`; the maps are the editor's layer, so only n_edits and group
-    apply)."""
+    finetune: TopsFinetune = field(default_factory=TopsFinetune)
+    """Every arm's fine-tune (`--finetune-<field>`, the editors `--edit-<knob>` and `--local-<knob>`; `edit:` and
+    `local:` in YAML); the study sets the model, data, seed and the arm's switches."""
     dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
     """The pooled concept dictionary of LACE's arms (`--dictionary-<field>`), fitted on the base's training
     embeddings (`dictionary.vocabulary` is replaced by the study's `vocabulary`)."""
@@ -228,11 +257,6 @@ class TopsStudyConfig:
     progress: bool = True
     """Show progress bars (extraction, training)."""
 
-    def __post_init__(self):
-        refuse_set_fields("tower-tops study config", "finetune", self.finetune, TOPS_FINETUNE, TOPS_SET_BY_STUDY,
-                          "the study", "its model, data, seeds and each arm's switches; its editors are the study's "
-                          "own `edit` and `local`")
-
     def validate(self) -> TopsStudyConfig:
         where = "tower-tops study config"
         if self.seeds < 1:
@@ -245,12 +269,10 @@ class TopsStudyConfig:
         if not 0.0 < self.base_share < 1.0:
             raise input_error(where, "base_share", "a share in (0, 1)", self.base_share)
         self.base.validate(f"{where}: base")
-        self.finetune.validate()
-        self.edit.validate(f"{where}: edit")
-        self.local.validate(f"{where}: local")
+        self.finetune.validate(f"{where}: finetune")
         self.dictionary.validate(f"{where}: dictionary")
         return self
 
 
-__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOPS_FINETUNE", "TOPS_SET_BY_STUDY", "TOP_ARMS", "TRANSPLANTS",
-           "HeadsTraining", "StudyConfig", "TopsStudyConfig", "heads_from"]
+__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOPS_FINETUNE", "TOP_ARMS", "TRANSPLANTS",
+           "HeadsTraining", "StudyConfig", "TopsFinetune", "TopsStudyConfig", "heads_from"]

@@ -26,7 +26,7 @@ import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
-from lace.config import config_to_dict
+from lace.config import config_to_dict, with_changes
 from lace.data.flickr8k import read_flickr8k
 from lace.edits import build_editor
 from lace.edits.captions import RuleNegatives
@@ -88,10 +88,10 @@ def arm_train_config(config: TopsStudyConfig, arm: str, seed: int, n_images: int
     """The `TrainConfig` of one fine-tune: the study's `finetune` settings, editor and local edits, then `arm`'s
     switches (`lace.experiment.variants`)."""
     finetune = config.finetune
-    base = dataclasses.replace(
-        finetune, model="lace-towers", output=str(output), overwrite=True, seed=seed,
-        batch_size=min(finetune.batch_size, n_images), edit=config.edit, local=config.local,
-        vocabulary=config.vocabulary, checkpoint_every=0, keep_checkpoints=1, log_every=1)
+    base = finetune.train_config(model="lace-towers", output=str(output), overwrite=True, seed=seed,
+                                 batch_size=min(finetune.batch_size, n_images), vocabulary=config.vocabulary,
+                                 checkpoint_every=0, keep_checkpoints=1)
+    base = with_changes(base, {"log_every": 1})
     return variant_config(base, arm)
 
 
@@ -103,7 +103,7 @@ class ArmSources:
         self.config, self.out, self.cache, self.splits, self.log = config, out, cache, splits, log
         self.finetune_split, self.captions, self.dictionary_stage = finetune_split, captions, dictionary_stage
         vocabulary = load_vocabulary(config.vocabulary)
-        self.rules = RuleNegatives(vocabulary, config.finetune.rule_negative_kinds)  # the training negatives' kinds
+        self.rules = RuleNegatives(vocabulary, config.finetune.negatives.rule_negative_kinds)  # the training negatives' kinds
         self.items_rules = RuleNegatives(vocabulary)  # every kind, for the measured items
         self._negatives = self._editor = self._map_editor = None
 
@@ -126,7 +126,7 @@ class ArmSources:
         """The pooled LACE editor over the base's dictionary, with the study's editor knobs."""
         if self._editor is None:
             self.dictionary_stage()
-            self._editor = build_editor(load_labelled_dictionary(self.out / "models" / "dictionary"), self.config.edit)
+            self._editor = build_editor(load_labelled_dictionary(self.out / "models" / "dictionary"), self.config.finetune.negatives.edit)
         return self._editor
 
     def map_editor(self) -> MapEditor:
@@ -138,9 +138,9 @@ class ArmSources:
     def inputs(self, top: TowersTop, train_config: TrainConfig) -> dict:
         """The `lace.train.train` inputs of one fine-tune of `top`."""
         inputs = {"dataset": self.pairs(top), "encoder": top}
-        if train_config.uses_counterfactuals:
+        if train_config.arm.uses_counterfactuals:
             inputs["editor"] = self.editor()
-        if train_config.local_image_negatives:
+        if train_config.arm.local_image_negatives:
             inputs["local_editor"] = self.map_editor()
         return inputs
 
@@ -154,7 +154,7 @@ def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocab
                       log=print) -> tuple[MapEditor, dict]:
     """The map editor of the local group fitted on the training images, and its figures: the share of validation
     images with a valid edit per slot, the reader's fit, and the local codes' alignment."""
-    started, group, n_edits = time.perf_counter(), config.local.group, config.local.n_edits
+    started, group, n_edits = time.perf_counter(), config.finetune.negatives.local.group, config.finetune.negatives.local.n_edits
     mentions, names = group_mentions(vocabulary, group, captions_per_image(train, captions))
     maps = torch.from_numpy(np.asarray(train.image_maps))
     editor = fit_map_editor(maps, mentions, names, seed=0)
@@ -276,9 +276,9 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     figures_by_arm.update(by_arm(arms.results(results, config.split)))
     seconds = {arm: [trained["seconds"] for trained in runs_of_arm]
                for arm, runs_of_arm in by_arm(arms.results(results)).items()}
-    if sources._map_editor is not None or any(variant_config(TrainConfig(), a).local_image_negatives
+    if sources._map_editor is not None or any(variant_config(TrainConfig(), a).arm.local_image_negatives
                                               for a in config.arms):
-        figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.local)),
+        figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.finetune.negatives.local)),
                                              lambda: fit_local_sources(splits["train"], splits["val"], captions,
                                                                        load_vocabulary(config.vocabulary), config,
                                                                        log)[1])
@@ -306,8 +306,8 @@ def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Pat
 
     def train_key(run: Run) -> str:
         train_config = train_configs[run]
-        return stage_key(base_key, config_to_dict(dataclasses.replace(train_config, output="")),
-                         dictionary_key if train_config.uses_counterfactuals else None)
+        return stage_key(base_key, config_to_dict(with_changes(train_config, {"output": ""})),
+                         dictionary_key if train_config.arm.uses_counterfactuals else None)
 
     def train(run: Run) -> dict:
         model, checkpoint = load_top(base_path), run.model_file(out, ".safetensors")

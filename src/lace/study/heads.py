@@ -9,7 +9,6 @@ open_clip's AdamW grouping, the cosine schedule, gradient clipping and the logit
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lace.config import with_changes
 from lace.edits.config import EditConfig
 from lace.encoders.towers import (
     TowersConfig,
@@ -27,10 +27,11 @@ from lace.encoders.towers import (
     read_checkpoint,
     save_heads_checkpoint,
 )
-from lace.experiment.variants import variant_config, with_changes
+from lace.experiment.variants import variant_config
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures
 from lace.train import TrainConfig, train
+from lace.train.config import train_config
 from lace.train.data import FeaturePairs
 
 
@@ -46,9 +47,9 @@ def heads_train_config(settings: HeadsTraining, n_images: int, seed: int, varian
                        vocabulary: str, output: str | Path) -> TrainConfig:
     """The `TrainConfig` of one heads run: `settings`' delta (`HeadsTraining.train_changes`), the editor's settings
     `edit` (its M), `variant`'s switches."""
-    config = TrainConfig(model="lace-towers", output=str(output), overwrite=True, device="cpu", seed=seed,
-                         edit=edit, vocabulary=vocabulary, checkpoint_every=0,
-                         keep_checkpoints=1, log_every=1, precision="fp32")
+    config = train_config(model="lace-towers", output=str(output), overwrite=True, device="cpu", seed=seed,
+                          edit=edit, vocabulary=vocabulary, checkpoint_every=0,
+                          keep_checkpoints=1, log_every=1, precision="fp32")
     config = with_changes(config, {**settings.train_changes(), "batch_size": min(settings.batch_size, n_images)})
     return variant_config(config, variant)
 
@@ -58,15 +59,15 @@ def train_summary(config: TrainConfig, progress: bool, **inputs) -> dict:
     the run's summary from its metrics."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lace-run-") as folder:
-        result = train(dataclasses.replace(config, output=str(Path(folder) / "run")), progress=progress, console=False,
+        result = train(with_changes(config, {"output": str(Path(folder) / "run")}), progress=progress, console=False,
                        **inputs)
         steps = [json.loads(line) for line in result.metrics_path.read_text(encoding="utf-8").splitlines()]
     tail = steps[-max(1, len(steps) // 10):]
     summary = {"steps": result.steps, "seconds": time.perf_counter() - started,
                "final_loss": float(np.mean([s["loss"] for s in tail])), "logit_scale": steps[-1]["logit_scale"]}
-    sides = {"caption": config.caption_negatives or config.counterfactual_captions or config.local_caption_swaps,
-             "image": config.counterfactual_images or config.paired_caption_directions
-             or config.local_image_negatives or config.rendered_negatives}
+    arm = config.arm
+    sides = {"caption": arm.caption_negatives or arm.counterfactual_captions or arm.local_caption_swaps,
+             "image": arm.uses_image_edits}
     for side in (side for side, made in sides.items() if made):  # the share of rows with a valid negative
         summary[f"{side}_negative_rows"] = float(np.mean([s[f"{side}_negatives_valid_rows"] for s in steps]))
     for key, name in (("pair_rows_valid", "pair_rows"), ("rule_collision_rows", "rule_collision_rows")):

@@ -25,39 +25,39 @@ from lace.train.config import TrainConfig
 
 
 def run_editor(config: TrainConfig, encoder: DualEncoder) -> CounterfactualEditor:
-    """Editor from `config.dictionary` (a `ConceptDictionary` folder) and `config.vocabulary`.
+    """Editor from `config.run.dictionary` (a `ConceptDictionary` folder) and `config.run.vocabulary`.
 
     The dictionary's dimension is checked against the encoder before anything else.
     """
-    if config.dictionary is None:
+    if config.run.dictionary is None:
         raise LaceInputError(
             "train config: field 'dictionary': expected a fitted dictionary folder when counterfactual_captions "
             "or counterfactual_images is on (`lace dict fit` writes one)"
         )
-    folder = Path(config.dictionary)
+    folder = Path(config.run.dictionary)
     dictionary = ConceptDictionary.load(folder)
     if dictionary.atoms_.shape[1] != encoder.embed_dim:
         raise LaceInputError(
-            f"{folder}: dictionary atoms have dimension {dictionary.atoms_.shape[1]}, but {config.model} embeds in "
+            f"{folder}: dictionary atoms have dimension {dictionary.atoms_.shape[1]}, but {config.run.model} embeds in "
             f"dimension {encoder.embed_dim}; fit the dictionary on embeddings of this model"
         )
     if (folder / "concept_directions.safetensors").is_file():
         directions = ConceptDirections.load(folder)
     else:
-        if config.vocabulary is None:
+        if config.run.vocabulary is None:
             raise LaceInputError(
                 f"train config: field 'vocabulary': expected a vocabulary ({folder} holds no concept directions)"
             )
         with torch.no_grad():
             directions = directions_from_templates(
-                load_vocabulary(config.vocabulary), lambda texts: encoder.encode_texts(texts).cpu(),
+                load_vocabulary(config.run.vocabulary), lambda texts: encoder.encode_texts(texts).cpu(),
                 dictionary.mean_text_)
     if (folder / "labelling.safetensors").is_file():
         labelling = AtomLabelling.load(folder)
     else:
         labelling = label_atoms(dictionary, directions)
     # compound directions, when the folder has them, let the editor rebind
-    return build_editor(LabelledDictionary(dictionary, directions, labelling, load_bindings(folder)), config.edit)
+    return build_editor(LabelledDictionary(dictionary, directions, labelling, load_bindings(folder)), config.negatives.edit)
 
 
 def refresh_editor(editor: CounterfactualEditor, image_embeddings: torch.Tensor,

@@ -74,17 +74,17 @@ class FidelityProbe:
 
 
 def fidelity_probe(config: TrainConfig, encoder, measures: bool) -> FidelityProbe | None:
-    """The probe of `config.local.fidelity_every` (None when 0, or in a process that does not measure). Every
+    """The probe of `config.negatives.local.fidelity_every` (None when 0, or in a process that does not measure). Every
     process reads the world's items, so a bad world stops them all before the first step; only the measuring one
     (the main process) reads their images."""
-    if not config.local.fidelity_every:
+    if not config.negatives.local.fidelity_every:
         return None
-    world = world_of(config.data, needed_by="local.fidelity_every")
-    items = benchmark_items(world, FIDELITY_SPLIT, FIDELITY_FAMILY, config.local.fidelity_items)
+    world = world_of(config.run.data, needed_by="local.fidelity_every")
+    items = benchmark_items(world, FIDELITY_SPLIT, FIDELITY_FAMILY, config.negatives.local.fidelity_items)
     if not items:
         raise input_error(world, "benchmarks", f"{FIDELITY_FAMILY} items in the {FIDELITY_SPLIT} split when "
                           "local.fidelity_every is on", 0)
-    return FidelityProbe(encoder, world, items, config.seed) if measures else None
+    return FidelityProbe(encoder, world, items, config.run.seed) if measures else None
 
 
 class LocalEditorUpkeep:

@@ -79,21 +79,21 @@ def train(
     encoder: DualEncoder | None = None,
     console: bool = True,
 ) -> TrainResult:
-    """Train `config.model` on `dataset` (default: read `config.data`) as `config` says.
+    """Train `config.run.model` on `dataset` (default: read `config.run.data`) as `config` says.
 
     Args:
-        editor: a `lace.edits.CounterfactualEditor` (default: built from `config.dictionary`
-            and `config.vocabulary` when counterfactuals are on).
+        editor: a `lace.edits.CounterfactualEditor` (default: built from `config.run.dictionary`
+            and `config.run.vocabulary` when counterfactuals are on).
         dataset: an `ImageTextDataset`, in-memory `TensorPairs`, cached tower `FeaturePairs`, cached tower-top
-            inputs `TopPairs`, or None to read `config.data`.
+            inputs `TopPairs`, or None to read `config.run.data`.
         on_batch: called as `on_batch(micro_batch_number, dataset_indices)` for every
             micro-batch this process trains on (to record the data order).
         local_editor: the fitted local image editor of `local_image_negatives` (default: fitted on the
             training images before the first step; with `TopPairs`, a `lace.local.maps.MapEditor` passed in);
-            `local.refresh_every` replaces it by refits from `config.local` (`lace.train.local_refresh`).
+            `local.refresh_every` replaces it by refits from `config.negatives.local` (`lace.train.local_refresh`).
         rendered: the ceiling arm's `RenderedNegatives`, one per training image (default: rendered from
-            the shapes world that `config.data` lies in).
-        encoder: the model to train in place (default: `load_encoder(config.model, config.pretrained)`);
+            the shapes world that `config.run.data` lies in).
+        encoder: the model to train in place (default: `load_encoder(config.run.model, config.run.pretrained)`);
             `FeaturePairs` need a `lace-towers` encoder here, `TopPairs` a `TowersTop`.
         console: print the start line and a line per logged step on stdout (docs/logging.md); off for runs an
             experiment makes by the dozen.
@@ -101,7 +101,7 @@ def train(
     """
     config.validate()
     already_initialised = dist.is_available() and dist.is_initialized()
-    context = init_distributed(resolve_device(config.device), timeout=config.dist_timeout)
+    context = init_distributed(resolve_device(config.run.device), timeout=config.run.dist_timeout)
     try:
         with dependency_bars(shows_bars(progress)):  # no "Loading weights" bar from transformers under --no-progress
             return Trainer(config, context, editor, dataset, progress, on_batch, local_editor, rendered, encoder,
@@ -120,30 +120,30 @@ class Trainer:
         self.config, self.context, self.progress, self.on_batch = config, context, progress, on_batch
         self.console = console
         self.device = context.device
-        if config.batch_size % context.world_size:
+        if config.run.batch_size % context.world_size:
             raise LaceInputError(
                 f"train config: field 'batch_size': expected a multiple of the {context.world_size} processes "
-                f"(got {config.batch_size})"
+                f"(got {config.run.batch_size})"
             )
         self.run_dir = self._prepare_run_dir()
-        torch.manual_seed(config.seed)  # the same initial weights in every process and every ablation
+        torch.manual_seed(config.run.seed)  # the same initial weights in every process and every ablation
         if encoder is None:
-            encoder = load_encoder(config.model, config.pretrained, device="cpu")
+            encoder = load_encoder(config.run.model, config.run.pretrained, device="cpu")
         self.encoder = encoder.to(self.device)
         self.config = config = choose_loss(config, self.encoder, log=context.is_main)
         self.logit_bias = logit_bias_of(self.encoder)
         self.pairs, self.skipped_images = training_pairs(dataset, config, self.encoder, context)
-        bf16 = config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda")
+        bf16 = config.run.precision == "bf16" or (config.run.precision == "auto" and self.device.type == "cuda")
         run = Run(config, context, self.encoder, self.pairs, self.logit_bias, bf16, model=self.encoder)
         self.path = embed_path(run)
         given = {"editor": editor, "local_editor": local_editor, "rendered": rendered}
         self.path.check(given)
-        self.order = TrainingOrder(self.pairs.n_captions, config.batch_size, config.seed)
+        self.order = TrainingOrder(self.pairs.n_captions, config.run.batch_size, config.run.seed)
         self.total_steps = total_steps(config, self.pairs, self.order)
         self.sources = build_sources(run, self.path, given)
         pretrained = getattr(self.encoder, "pretrained_parameters", list)()
-        self.optimizer = build_optimizer(self.encoder, config.lr, config.weight_decay, (config.beta1, config.beta2),
-                                         config.eps, frozenset(map(id, pretrained)), config.pretrained_lr_scale)
+        self.optimizer = build_optimizer(self.encoder, config.optim.lr, config.optim.weight_decay, (config.optim.beta1, config.optim.beta2),
+                                         config.optim.eps, frozenset(map(id, pretrained)), config.optim.pretrained_lr_scale)
         self.model = self.encoder
         if context.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -160,13 +160,13 @@ class Trainer:
     # ---- the run folder ---------------------------------------------------------------
 
     def _prepare_run_dir(self) -> Path:
-        run_dir = Path(self.config.output)
+        run_dir = Path(self.config.run.output)
         # None: a fresh start ('auto' without a whole checkpoint)
-        self.resume_from = checkpoints.resume_point(run_dir, self.config.resume)
+        self.resume_from = checkpoints.resume_point(run_dir, self.config.run.resume)
         if self.resume_from is None and self.context.is_main:
-            if self.config.resume == "auto":
+            if self.config.run.resume == "auto":
                 checkpoints.clear_unstarted_run(run_dir)
-            prepare_output_dir(run_dir, self.config.overwrite)
+            prepare_output_dir(run_dir, self.config.run.overwrite)
         barrier(self.context)
         return run_dir
 
@@ -174,24 +174,24 @@ class Trainer:
 
     def run(self) -> TrainResult:
         config, context = self.config, self.context
-        accumulation = config.grad_accumulation
+        accumulation = config.optim.grad_accumulation
         loader = DataLoader(
             self.pairs,
             batch_sampler=RankBatches(self.order, self.step * accumulation, self.total_steps * accumulation,
                                       context.rank, context.world_size),
-            collate_fn=self.path.collate, num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+            collate_fn=self.path.collate, num_workers=config.run.num_workers, pin_memory=self.device.type == "cuda",
         )
         batches = iter(loader)
         writer = MetricsWriter(self.run_dir, self.total_steps, self.step, main=context.is_main,
-                               progress=self.progress, tensorboard=config.tensorboard, console=self.console)
+                               progress=self.progress, tensorboard=config.log.tensorboard, console=self.console)
         writer.say(start_line(config, self.pairs, self.total_steps, self.step if self.resume_from else None))
         window = MetricWindow()
         last_metrics: dict = {}
         self.encoder.train()
-        with writer, StopRequest() as stop, WatchCollectives(context, config.dist_timeout) as watch:
+        with writer, StopRequest() as stop, WatchCollectives(context, config.run.dist_timeout) as watch:
             while self.step < self.total_steps:
                 watch.step, watch.checkpoint = self.step + 1, self.checkpoint_path
-                lr = cosine_lr(self.step, config.lr, config.warmup_steps, self.total_steps)
+                lr = cosine_lr(self.step, config.optim.lr, config.optim.warmup_steps, self.total_steps)
                 set_lr(self.optimizer, lr)
                 for k in range(accumulation):
                     number = self.step * accumulation + k
@@ -205,10 +205,10 @@ class Trainer:
                     window.add(stats)
                 line_due = self._optimiser_step()
                 stop_now = stop.agreed(context)  # Ctrl-C, SIGTERM, SIGUSR1: save this step, then stop
-                checkpoint_now = (config.checkpoint_every and self.step % config.checkpoint_every == 0) \
+                checkpoint_now = (config.run.checkpoint_every and self.step % config.run.checkpoint_every == 0) \
                     or self.step == self.total_steps or stop_now
                 # Log at checkpoints too, so the counters a checkpoint saves include every batch before it.
-                if self.step % config.log_every == 0 or checkpoint_now or line_due:
+                if self.step % config.log.log_every == 0 or checkpoint_now or line_due:
                     last_metrics = log_window(self, window, lr, writer)
                 if checkpoint_now:
                     self._save_checkpoint()
@@ -221,8 +221,8 @@ class Trainer:
 
     def _optimiser_step(self) -> bool:
         """Clip, step and clamp; then every source's upkeep, in order. True when a source needs a metrics line."""
-        if self.config.grad_clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), self.config.grad_clip_norm)
+        if self.config.optim.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), self.config.optim.grad_clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         clamp_logit_scale(self.encoder.logit_scale)
@@ -237,9 +237,9 @@ class Trainer:
         micro, negatives = self.embed(batch, number)
         gallery_images, offset = gather_with_grad(micro.U, self.context)
         gallery_texts, _ = gather_with_grad(micro.V, self.context)
-        false_negatives = self._false_negatives(batch, offset) if config.mask_duplicate_pairs else None
-        loss, plain = contrastive_losses(config.loss, micro.U, micro.V, micro.scale, self.logit_bias, negatives,
-                                         config.counterfactual_weight, gallery_images=gallery_images,
+        false_negatives = self._false_negatives(batch, offset) if config.negatives.mask_duplicate_pairs else None
+        loss, plain = contrastive_losses(config.run.loss, micro.U, micro.V, micro.scale, self.logit_bias, negatives,
+                                         config.negatives.counterfactual_weight, gallery_images=gallery_images,
                                          gallery_texts=gallery_texts, row_offset=offset,
                                          false_negatives=false_negatives)
         figures = {"pair_valid": 0.0}
@@ -278,10 +278,10 @@ class Trainer:
 
     def _logged(self, number: int) -> bool:
         """Whether micro-batch `number` is the last one of a logged step (its provenance figures are logged)."""
-        accumulation = self.config.grad_accumulation
+        accumulation = self.config.optim.grad_accumulation
         step = number // accumulation + 1
         last = number % accumulation == accumulation - 1
-        return last and (step % self.config.log_every == 0 or step == self.total_steps)
+        return last and (step % self.config.log.log_every == 0 or step == self.total_steps)
 
     # ---- checkpoints ------------------------------------------------------------------------
 
@@ -292,8 +292,8 @@ class Trainer:
         empty = torch.zeros(0)
         state = {
             "step": self.step,
-            "micro_batch": self.step * self.config.grad_accumulation,
-            "world_batch": [self.config.batch_size, self.config.grad_accumulation],
+            "micro_batch": self.step * self.config.optim.grad_accumulation,
+            "world_batch": [self.config.run.batch_size, self.config.optim.grad_accumulation],
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else empty,
@@ -302,7 +302,7 @@ class Trainer:
             **{key: value for source in self.sources for key, value in source.state().items()},
         }
         self.checkpoint_path = checkpoints.save_checkpoint(
-            self.run_dir, self.step, self.encoder.state_dict(), state, keep=self.config.keep_checkpoints)
+            self.run_dir, self.step, self.encoder.state_dict(), state, keep=self.config.run.keep_checkpoints)
         barrier(self.context)
 
     def _resume(self) -> None:
@@ -320,9 +320,9 @@ class Trainer:
         manifest = self.resume_from
         checkpoint = checkpoints.load_checkpoint(manifest, self.run_dir)
         state = checkpoint.state
-        if state.get("world_batch") != [config.batch_size, config.grad_accumulation]:
+        if state.get("world_batch") != [config.run.batch_size, config.optim.grad_accumulation]:
             raise LaceInputError(f"{manifest}: saved with batch size / accumulation {state.get('world_batch')}, "
-                                 f"resumed with {[config.batch_size, config.grad_accumulation]}")
+                                 f"resumed with {[config.run.batch_size, config.optim.grad_accumulation]}")
         self.encoder.load_state_dict(checkpoint.weights)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])

@@ -35,25 +35,25 @@ def choose_loss(config: TrainConfig, encoder: DualEncoder, log: bool = True) -> 
     then freezes (`requires_grad` off: no optimiser state, and nothing for data-parallel training to wait for)."""
     bias = logit_bias_of(encoder)
     has_bias = bias is not None
-    loss = config.loss
+    loss = config.run.loss
     if loss == "sigmoid" and not has_bias:
         raise LaceInputError(
             f"train config: field 'loss': sigmoid needs a model with a logit bias (an open_clip config with "
             f"init_logit_bias such as ViT-B-16-SigLIP2 or lace-micro-sigmoid-32, or hf-siglip:<folder>); "
-            f"{config.model} has none: use --loss clip")
+            f"{config.run.model} has none: use --loss clip")
     if loss == "auto":
         loss = "sigmoid" if has_bias else "clip"
         if has_bias and log:
             logger.warning("train: %s has a logit bias (a SigLIP-style model): training with the sigmoid loss "
-                           "(--loss clip for the softmax CLIP loss)", config.model)
+                           "(--loss clip for the softmax CLIP loss)", config.run.model)
     elif loss == "clip" and has_bias:
         bias.requires_grad_(False)
         if log:
             logger.warning("train: --loss clip on %s, a model with a logit bias: the softmax loss does not use "
                            "the bias, which stays at %.3f untrained (sigmoid probabilities read from it will not "
-                           "match the fine-tuned logits)", config.model,
+                           "match the fine-tuned logits)", config.run.model,
                            float(bias.detach().float().reshape(-1)[0]))
-    return replace(config, loss=loss)
+    return replace(config, run=replace(config.run, loss=loss))
 
 
 def contrastive_losses(loss: str, U: torch.Tensor, V: torch.Tensor, logit_scale: torch.Tensor,

@@ -88,10 +88,10 @@ def log_window(trainer, window: MetricWindow, lr: float, writer: MetricsWriter) 
              **({"logit_bias": float(bias.item())} if bias is not None else {})}
     counters = {"samples_seen": trainer.samples_seen, "skipped_images": trainer.skipped_images,
                 **{name: value for source in trainer.sources for name, value in source.metrics().items()}}
-    epoch = trainer.step * config.grad_accumulation / trainer.order.batches_per_epoch
-    rows = config.edited_image_rows
+    epoch = trainer.step * config.optim.grad_accumulation / trainer.order.batches_per_epoch
+    rows = config.arm.edited_image_rows
     record = step_record(trainer.step, epoch, totals, window.seconds, model, counters, pair_rows=rows,
-                         rule_collisions=rows and config.caption_negatives)
+                         rule_collisions=rows and config.arm.caption_negatives)
     writer.write(record)
     window.reset()
     refuse_diverged(record, trainer.checkpoint_path)

@@ -84,20 +84,20 @@ def start_line(config, pairs, total_steps: int, resumed_step: int | None) -> str
     """The run's first console line: `train: data pairs.csv (30 rows, 24 images); model lace-micro-32; arm plain;
     6 steps of 8 pairs`, and `; resumed from step 4` when it carries on from a checkpoint."""
     n_captions = list(pairs.n_captions)
-    source = getattr(getattr(pairs, "dataset", None), "source", None) or config.data or \
+    source = getattr(getattr(pairs, "dataset", None), "source", None) or config.run.data or \
         f"{type(pairs).__name__} passed in"
-    accumulation = config.grad_accumulation
-    line = (f"train: data {source} ({sum(n_captions)} rows, {len(n_captions)} images); model {config.model}; "
-            f"arm {arm_name(config)}; {total_steps} step{'s' * (total_steps != 1)} of {config.batch_size * accumulation} pairs"
-            + (f" ({accumulation} micro-batches of {config.batch_size})" if accumulation > 1 else ""))
+    accumulation = config.optim.grad_accumulation
+    line = (f"train: data {source} ({sum(n_captions)} rows, {len(n_captions)} images); model {config.run.model}; "
+            f"arm {arm_name(config)}; {total_steps} step{'s' * (total_steps != 1)} of {config.run.batch_size * accumulation} pairs"
+            + (f" ({accumulation} micro-batches of {config.run.batch_size})" if accumulation > 1 else ""))
     return line + (f"; resumed from step {resumed_step}" if resumed_step is not None else "")
 
 
 def arm_name(config) -> str:
-    """The arm's switches that are on, then the sources it names (`TrainConfig.sources`), joined by '+' ('plain'
+    """The arm's switches that are on, then the sources it names (`TrainConfig.arm.sources`), joined by '+' ('plain'
     when there are none)."""
-    on = [name for name in ARM_SWITCHES if getattr(config, name, False)]
-    return "+".join([*on, *getattr(config, "sources", ())]) or "plain"
+    on = [name for name in ARM_SWITCHES if getattr(config.arm, name, False)]
+    return "+".join([*on, *config.arm.sources]) or "plain"
 
 
 def open_tensorboard(run_dir: Path):

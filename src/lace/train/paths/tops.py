@@ -23,7 +23,7 @@ class TopPath(EmbedPath):
 
     def missing_for_descriptions(self) -> list[str]:
         """What writing the captions of image edits needs and the `TopPairs` lack (`missing_for_descriptions`)."""
-        return self.run.pairs.missing_for_descriptions(self.run.config.uses_rule_captions)
+        return self.run.pairs.missing_for_descriptions(self.run.config.arm.uses_rule_captions)
 
     def collate(self, samples: list):
         return self.run.pairs.collate(samples)

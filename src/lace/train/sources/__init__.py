@@ -39,7 +39,7 @@ def build_sources(run: Run, path: EmbedPath, given: dict[str, Any]) -> list[Nega
     """The sources the run's arm switches on, built in run order, after refusing (`LaceInputError`) what they
     cannot do on `path` or with what `train()` was `given` (editor, local_editor, rendered)."""
     config = run.config
-    unknown = [name for name in config.sources if name not in SOURCES]
+    unknown = [name for name in config.arm.sources if name not in SOURCES]
     if unknown:
         raise LaceInputError(f"train config: field 'sources': expected names from {list(SOURCES)}, got {unknown}")
     off_path = [source.switch or "sources" for source in SOURCES.values()

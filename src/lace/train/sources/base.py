@@ -25,7 +25,7 @@ class NegativeSource:
     name: ClassVar[str]
     """Its key in `lace.train.sources.SOURCES`."""
     switch: ClassVar[str | None] = None
-    """The `TrainConfig` field that switches it on (None: only by name, in `TrainConfig.sources`)."""
+    """The field of the arm (`TrainConfig.arm`) that switches it on (None: only by name, in `arm.sources`)."""
     paths: ClassVar[tuple[str, ...]] = ("pixels", "features", "tops")
     """The embed paths (`EmbedPath.name`) it makes negatives on."""
     needs: ClassVar[tuple[str, ...]] = ()
@@ -36,7 +36,7 @@ class NegativeSource:
     @classmethod
     def switched_on(cls, config: TrainConfig) -> bool:
         """Whether the arm of `config` asks for this source."""
-        return bool(cls.switch and getattr(config, cls.switch, False)) or cls.name in config.sources
+        return bool(cls.switch and getattr(config.arm, cls.switch, False)) or cls.name in config.arm.sources
 
     @classmethod
     def wanted(cls, config: TrainConfig, path: EmbedPath) -> bool:

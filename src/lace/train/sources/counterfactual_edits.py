@@ -30,14 +30,14 @@ class CounterfactualEdits(NegativeSource):
 
     @classmethod
     def switched_on(cls, config) -> bool:
-        return config.uses_counterfactuals or super().switched_on(config)
+        return config.arm.uses_counterfactuals or super().switched_on(config)
 
     def __init__(self, run: Run, path: EmbedPath, given: dict[str, Any]):
         super().__init__(run, path, given)
         editor = given.get("editor")
         self.editor = editor if editor is not None else run_editor(self.config, run.encoder)
-        check_editor_dimension(self.editor, run.encoder.embed_dim, self.config.dictionary or "editor")
-        self.refresh_every = self.config.refresh_dictionary_every
+        check_editor_dimension(self.editor, run.encoder.embed_dim, self.config.run.dictionary or "editor")
+        self.refresh_every = self.config.negatives.refresh_dictionary_every
         self.pool_images: deque[Tensor] = deque()
         self.pool_texts: deque[Tensor] = deque()
         self.refit_images: Tensor | None = None
@@ -45,15 +45,15 @@ class CounterfactualEdits(NegativeSource):
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
         config = self.config
-        generators = RowGenerators(micro.row_seeds(config.seed, EDIT_STREAM))  # CPU: tiny draws per row
-        made = counterfactual_negatives(self.editor, micro.U, micro.V, config.edit.n_edits,
-                                        config.counterfactual_captions, config.counterfactual_images,
-                                        config.counterfactual_source, generators)
+        generators = RowGenerators(micro.row_seeds(config.run.seed, EDIT_STREAM))  # CPU: tiny draws per row
+        made = counterfactual_negatives(self.editor, micro.U, micro.V, config.negatives.edit.n_edits,
+                                        config.arm.counterfactual_captions, config.arm.counterfactual_images,
+                                        config.arm.counterfactual_source, generators)
         if made.caption_negatives is not None:
             negatives.add_captions(made.caption_negatives, made.caption_valid)
         if made.image_negatives is not None:
             records, editor = made.image_records, self.editor  # unit names read only when the edits are described
-            negatives.add_image_edits(made.image_negatives, made.image_valid, config.edited_image_columns,
+            negatives.add_image_edits(made.image_negatives, made.image_valid, config.arm.edited_image_columns,
                                       self.describe_edits(micro, lambda: record_changes(records, editor.unit_names)))
 
     def seen(self, gallery_images: Tensor, gallery_texts: Tensor) -> None:
@@ -61,8 +61,8 @@ class CounterfactualEdits(NegativeSource):
         if self.refresh_every:
             self.pool_images.append(gallery_images)
             self.pool_texts.append(gallery_texts)
-            _trim(self.pool_images, self.config.refresh_pool_size)
-            _trim(self.pool_texts, self.config.refresh_pool_size)
+            _trim(self.pool_images, self.config.negatives.refresh_pool_size)
+            _trim(self.pool_texts, self.config.negatives.refresh_pool_size)
 
     def after_step(self, step: int) -> bool:
         if self.refresh_every and step % self.refresh_every == 0:

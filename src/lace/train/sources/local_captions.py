@@ -19,14 +19,14 @@ class LocalCaptionSwaps(NegativeSource):
 
     def __init__(self, run: Run, path: EmbedPath, given: dict[str, Any]):
         super().__init__(run, path, given)
-        self.concept_token_ids = group_token_ids(run.encoder.tokenize, load_vocabulary(self.config.vocabulary),
-                                                 self.config.local.group)
+        self.concept_token_ids = group_token_ids(run.encoder.tokenize, load_vocabulary(self.config.run.vocabulary),
+                                                 self.config.negatives.local.group)
 
     def embed(self, micro: MicroBatch) -> None:
         run = self.run
         with run.autocast():
             embeddings, valid = local_caption_negatives(run.encoder.model, micro.tokens.to(run.device),
-                                                        self.concept_token_ids, self.config.local.text_layer)
+                                                        self.concept_token_ids, self.config.negatives.local.text_layer)
         self.made = (embeddings.float(), valid.to(run.device))
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:

@@ -37,7 +37,7 @@ class LocalImageEdits(NegativeSource):
             raise LaceInputError(f"{path.where}: field 'local_image_negatives': expected a fitted "
                                  "lace.local.maps.MapEditor passed in as local_editor (the maps' objects are found on "
                                  "the cached maps)")
-        upkeep = [f"local.{name}" for name in ("refresh_every", "fidelity_every") if getattr(run.config.local, name)]
+        upkeep = [f"local.{name}" for name in ("refresh_every", "fidelity_every") if getattr(run.config.negatives.local, name)]
         if upkeep:
             raise LaceInputError(f"{path.where}: fields {upkeep}: expected 0 (the maps below the cut are frozen, so a "
                                  "refit would give the same MapEditor; the fidelity needs the pixels)")
@@ -49,7 +49,7 @@ class LocalImageEdits(NegativeSource):
             self.editor = self._fit()
         self.upkeep = None  # refits and fidelity of the editor (pixels only: the cached maps are frozen)
         if path.name == "pixels":
-            self.upkeep = LocalEditorUpkeep(self.config.local, self._fit,
+            self.upkeep = LocalEditorUpkeep(self.config.negatives.local, self._fit,
                                             fidelity_probe(self.config, run.encoder, run.context.is_main))
         self.image_pass_made: LocalImagePass | None = None
 
@@ -57,16 +57,16 @@ class LocalImageEdits(NegativeSource):
         """An editor fitted on the first training images through the tower as it is; the run's random stream is
         left as it was."""
         config, encoder = self.config, self.run.encoder
-        pixels, captions = self.path.first_images(config.local.fit_images)
+        pixels, captions = self.path.first_images(config.negatives.local.fit_images)
         normalise = encoder.preprocess.transforms[-1]
         with torch.random.fork_rng(devices=[]):
-            return build_local_editor(config.local, encoder.model, pixels.to(self.run.device), captions, normalise,
-                                      load_vocabulary(config.vocabulary), seed=config.seed)
+            return build_local_editor(config.negatives.local, encoder.model, pixels.to(self.run.device), captions, normalise,
+                                      load_vocabulary(config.run.vocabulary), seed=config.run.seed)
 
     def image_pass(self, micro: MicroBatch) -> LocalImagePass | None:
         # U and the local negatives come from one pass of the image tower
-        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, self.config.local.n_edits,
-                                              micro.row_seeds(self.config.seed, LOCAL_STREAM))
+        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, self.config.negatives.local.n_edits,
+                                              micro.row_seeds(self.config.run.seed, LOCAL_STREAM))
         return self.image_pass_made
 
     def embed(self, micro: MicroBatch) -> None:
@@ -76,11 +76,11 @@ class LocalImageEdits(NegativeSource):
         else:
             top = self.run.encoder
             self.edits = map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps,
-                                       self.config.local.n_edits, micro.row_seeds(self.config.seed, LOCAL_STREAM))
+                                       self.config.negatives.local.n_edits, micro.row_seeds(self.config.run.seed, LOCAL_STREAM))
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
         embeddings, valid, changes = self.edits
-        negatives.add_image_edits(embeddings, valid, self.config.edited_image_columns,
+        negatives.add_image_edits(embeddings, valid, self.config.arm.edited_image_columns,
                                   self.describe_edits(micro, lambda: changes))
 
     def after_step(self, step: int) -> bool:

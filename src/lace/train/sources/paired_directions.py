@@ -20,4 +20,4 @@ class PairedDirections(NegativeSource):
         if micro.describe is not None:  # the edit's caption is the rule-made caption itself
             captions = lambda: [list(row) for row in micro.rule_strings]
         negatives.add_image_edits(paired_caption_directions(micro.U, micro.V, rule_texts), rule_valid,
-                                  self.config.edited_image_columns, captions)
+                                  self.config.arm.edited_image_columns, captions)

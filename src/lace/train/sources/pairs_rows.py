@@ -29,27 +29,27 @@ class PairsRows(NegativeSource):
 
     @classmethod
     def wanted(cls, config, path: EmbedPath) -> bool:
-        describes = config.uses_image_edits and config.vocabulary is not None and path.describable()
+        describes = config.arm.uses_image_edits and config.run.vocabulary is not None and path.describable()
         return cls.switched_on(config) or describes
 
     @classmethod
     def check(cls, run: Run, path: EmbedPath, given: dict[str, Any]) -> None:
         missing = path.missing_for_descriptions() if path.name == "tops" else []
-        if run.config.edited_image_rows and missing:
+        if run.config.arm.edited_image_rows and missing:
             raise LaceInputError(f"{path.where}: field 'edited_image_rows': expected the TopPairs' "
                                  f"{' and '.join(missing)} (each edit's caption is written from the caption texts, "
                                  "and its token states made through the text tower below the cut)")
 
     def __init__(self, run: Run, path: EmbedPath, given: dict[str, Any]):
         super().__init__(run, path, given)
-        self.describer = RuleNegatives(load_vocabulary(self.config.vocabulary))  # writes each edit's caption
+        self.describer = RuleNegatives(load_vocabulary(self.config.run.vocabulary))  # writes each edit's caption
 
     def begin(self, micro: MicroBatch) -> None:
-        if self.config.edited_image_rows or micro.logged:
+        if self.config.arm.edited_image_rows or micro.logged:
             micro.describe = lambda changes: describe_slots(self.describer, micro.captions, changes)
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
-        if negatives.edited and self.config.caption_negatives and micro.rule_strings is not None:
+        if negatives.edited and self.config.arm.caption_negatives and micro.rule_strings is not None:
             negatives.rule_collisions = rule_collisions(negatives.edited, micro.rule_strings)
 
     def loss_term(self, micro: MicroBatch, negatives: Negatives) -> tuple[torch.Tensor | None, dict[str, Any]]:
@@ -57,12 +57,12 @@ class PairsRows(NegativeSource):
         if not negatives.edited:
             return None, {}
         term, figures = None, {}
-        if config.edited_image_rows:
-            text = config.edited_rows_train_text
+        if config.arm.edited_image_rows:
+            text = config.arm.edited_rows_train_text
             rows = pair_rows(negatives.edited, self.encode_texts if text else self.encode_constants)
-            bias = self.run.logit_bias if config.loss == "sigmoid" else None
-            term = config.edited_rows_weight * pair_term(rows, U, V if text else V.detach(), micro.scale, bias,
-                                                         self.run.context, config.edited_rows_real_image_negative)
+            bias = self.run.logit_bias if config.run.loss == "sigmoid" else None
+            term = config.negatives.edited_rows_weight * pair_term(rows, U, V if text else V.detach(), micro.scale, bias,
+                                                         self.run.context, config.arm.edited_rows_real_image_negative)
             figures["pair_valid"] = valid_rows(rows.valid)
         else:  # a columns-only arm at a logged step: its edits' captions, for the provenance figures alone
             with torch.no_grad():

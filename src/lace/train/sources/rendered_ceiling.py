@@ -20,7 +20,7 @@ class RenderedCeiling(NegativeSource):
         super().__init__(run, path, given)
         self.rendered = given.get("rendered")
         if self.rendered is None:
-            self.rendered = rendered_negatives(world_of(self.config.data), path.scene_ids("rendered_negatives"),
+            self.rendered = rendered_negatives(world_of(self.config.run.data), path.scene_ids("rendered_negatives"),
                                                run.encoder.preprocess)
 
     def embed(self, micro: MicroBatch) -> None:
@@ -32,5 +32,5 @@ class RenderedCeiling(NegativeSource):
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
         indices = micro.batch.indices
-        negatives.add_image_edits(*self.made, self.config.edited_image_columns,
+        negatives.add_image_edits(*self.made, self.config.arm.edited_image_columns,
                                   self.describe_edits(micro, lambda: self.rendered.batch_changes(indices)))

@@ -27,7 +27,7 @@ class RuleCaptions(NegativeSource):
 
     @classmethod
     def switched_on(cls, config) -> bool:
-        return config.uses_rule_captions or super().switched_on(config)
+        return config.arm.uses_rule_captions or super().switched_on(config)
 
     @classmethod
     def check(cls, run: Run, path: EmbedPath, given: dict[str, Any]) -> None:
@@ -41,23 +41,23 @@ class RuleCaptions(NegativeSource):
         super().__init__(run, path, given)
         self.rules = None
         if path.name == "pixels":
-            self.rules = RuleNegatives(load_vocabulary(self.config.vocabulary), self.config.rule_negative_kinds)
+            self.rules = RuleNegatives(load_vocabulary(self.config.run.vocabulary), self.config.negatives.rule_negative_kinds)
         self.texts: list[str] = []
         self.valid: torch.Tensor | None = None
 
     def pass_texts(self, micro: MicroBatch) -> list[str] | None:
         if self.rules is None:
             return None
-        keys = [(self.config.seed, micro.epoch, index) for index in micro.batch.indices]
+        keys = [(self.config.run.seed, micro.epoch, index) for index in micro.batch.indices]
         self.texts, self.valid = rule_made_captions(self.rules, micro.batch.captions, keys,
-                                                    self.config.rule_negatives_per_caption)
+                                                    self.config.negatives.rule_negatives_per_caption)
         return self.texts
 
     def embed(self, micro: MicroBatch) -> None:
         getattr(self, f"_embed_{self.path.name}")(micro)
 
     def _embed_pixels(self, micro: MicroBatch) -> None:
-        n, per_caption = len(micro.batch.captions), self.config.rule_negatives_per_caption
+        n, per_caption = len(micro.batch.captions), self.config.negatives.rule_negatives_per_caption
         rule_texts = micro.pass_texts[self.name].view(n, per_caption, -1)  # (B, R, d)
         micro.rule_captions = (rule_texts, self.valid.to(self.run.device))
         micro.rule_strings = [self.texts[b * per_caption:(b + 1) * per_caption] for b in range(n)]
@@ -80,5 +80,5 @@ class RuleCaptions(NegativeSource):
                                   for row, caption in zip(rows, micro.captions)]
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
-        if self.config.caption_negatives:
+        if self.config.arm.caption_negatives:
             negatives.add_captions(*micro.rule_captions)
