@@ -13,7 +13,13 @@ import pytest
 import torch
 
 from lace.concepts.vocabulary import vocabulary_from_dict
-from lace.data.world import WorldConfig, caption_scene, colour_shape_combinations, render_scene, sample_scene
+from lace.data.world import (
+    WorldConfig,
+    caption_scene,
+    colour_shape_combinations,
+    render_scene,
+    sample_scene,
+)
 from lace.data.world.config import PALETTE
 from lace.data.world.scene import sample_rng
 from lace.encoders.open_clip_encoder import load_open_clip
@@ -23,8 +29,8 @@ from lace.local import LocalEditConfig
 from lace.local import symmetric as symmetric_module
 from lace.local.editor import fit_recolour_editor
 from lace.local.recolour import halo
-from lace.local.towers import ImageTowerSplit
 from lace.local.symmetric import fit_shade_regression, real_stand_ins, symmetric_negatives
+from lace.local.towers import ImageTowerSplit
 from lace.row_random import RowGenerators
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
