@@ -164,6 +164,20 @@ def test_the_round_trip_moves_back_from_the_edited_map_at_the_same_objects(resne
     assert ((partner - real).norm(dim=-1)[~near] == 0).all()
 
 
+def test_the_round_trip_of_a_transplant_brings_its_object_back_from_the_new_concept(resnet, fitted):
+    editor, shade, pixels = fitted
+    made, calls = _recorded(editor, resnet, pixels, "round_trip", shade, n_edits=2)
+    maps, batch = calls.upper[0][1], len(pixels)  # real, swap edits, transplant edits, swap and transplant partners
+    real, edited, partner = maps[:batch], maps[2 * batch:3 * batch], maps[4 * batch:]
+    objects, changes = made.negatives.objects, made.negatives.changes[:, 1]  # slot 1: a transplant on object 0
+    assert made.negatives.kinds[1] == "transplant" and torch.equal(changes[:, 0], objects.concept[:, 0])
+    back = editor.transport.move(edited, _grid(resnet, editor, pixels), objects.coverage[:, 0], changes[:, 1],
+                                 changes[:, 0])
+    valid = made.negatives.valid[:, 1, None, None]
+    assert valid.any()
+    torch.testing.assert_close(partner, torch.where(valid, edited + back, real))
+
+
 def test_the_nuisance_moves_the_swapped_objects_to_their_own_colours_lighter_shade(resnet, fitted):
     editor, shade, pixels = fitted
     made, calls = _recorded(editor, resnet, pixels, "nuisance", shade, n_edits=1)
