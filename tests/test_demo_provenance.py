@@ -11,6 +11,7 @@ from lace.demo.provenance_stage import (
     SOURCES,
     ProvenanceInstrument,
     fit_instrument,
+    fit_instrument_shade,
     held_out_split,
     provenance_figures,
 )
@@ -18,7 +19,8 @@ from lace.demo.world_data import world_pairs
 from lace.edits.captions import RuleNegatives
 from lace.encoders import load_encoder
 from lace.local import LocalEditConfig
-from lace.provenance import PREFERENCES, provenance_preferences
+from lace.local.symmetric import symmetric_negatives
+from lace.provenance import PREFERENCES, provenance_preferences, real_vs_edited_auc
 from tests.conftest import tiny_world
 
 
@@ -31,13 +33,18 @@ def _instrument(world, encoder, calls):
     vocabulary = str(world / "vocabulary.yaml")
     decoded: dict = {}
 
+    # an untrained ViT's blocks read the swaps it makes (an untrained ResNet's layer1 does not)
+    config = LocalEditConfig(layer="block1", locate_layer="block0", fit_images=60)
+
     def fit():
         calls.append("fit")
-        # an untrained ViT's blocks read the swaps it makes (an untrained ResNet's layer1 does not)
-        config = LocalEditConfig(layer="block1", locate_layer="block0", fit_images=60)
         return fit_instrument(config, encoder, world_pairs(world, "train", "coco", encoder), vocabulary, seed=0)
 
-    return ProvenanceInstrument(fit, lambda split: held_out_split(world, split, encoder, decoded), vocabulary)
+    def fit_shade(editor):
+        return fit_instrument_shade(config, encoder, world_pairs(world, "train", "coco", encoder), vocabulary, editor)
+
+    return ProvenanceInstrument(fit, lambda split: held_out_split(world, split, encoder, decoded), vocabulary,
+                                fit_shade)
 
 
 @pytest.mark.slow
@@ -53,6 +60,8 @@ def test_the_stage_gives_shares_in_0_1_with_their_counts_for_the_edits_and_the_r
         for name in (*PREFERENCES, "probe_auc"):
             assert 0.0 <= measured[name] <= 1.0, (source, name)
         assert -1.0 <= measured["edit_cosine"] <= 1.0
+    for kind in ("round_trip", "nuisance", "no_op"):  # the swaps against the symmetric counterparts, local only
+        assert 0.0 <= figures["local"][f"probe_auc_{kind}"] <= 1.0 and f"probe_auc_{kind}" not in figures["rendered"]
     json.dumps(figures, allow_nan=False)  # results.json holds no NaN
     # one instrument for every model: a second model is measured without fitting again
     torch.manual_seed(1)
@@ -79,3 +88,25 @@ def test_the_rendered_reference_is_provenance_preferences_of_the_rendered_swaps_
     for name in PREFERENCES:
         assert figures[name] == pytest.approx(expected[name]), name
     assert figures["edit_cosine"] == pytest.approx(expected["edit_cosine"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_the_symmetric_probes_are_the_probe_of_the_swaps_against_counterparts_made_by_hand(world):
+    encoder = load_encoder("lace-micro-32").eval()
+    instrument = _instrument(world, encoder, [])
+    figures = provenance_figures(encoder, instrument, progress=False)["local"]
+    embedded = {}
+    for split in PROBE_SPLITS:
+        pixels = instrument.splits_[split].pixels
+        with torch.no_grad():
+            swaps = instrument.editor_.negatives(encoder.model, pixels, n_edits=1)
+            back = symmetric_negatives(instrument.editor_, encoder.model, pixels, 1, "round_trip")
+        made = swaps.valid[:, 0]
+        embedded[split] = (back.counterparts[made, 0], swaps.embeddings[made, 0], swaps.original[made])
+    (train_back, train_edit, train_real), (test_back, test_edit, test_real) = (embedded[s] for s in PROBE_SPLITS)
+    assert figures["probe_auc_round_trip"] == pytest.approx(
+        real_vs_edited_auc(train_back, train_edit, test_back, test_edit), abs=1e-3)
+    # the no-op counterpart is the real image through the same pass: its probe is the real-vs-edited one
+    assert figures["probe_auc_no_op"] == pytest.approx(figures["probe_auc"], abs=0.02)
+    assert figures["probe_auc"] == pytest.approx(real_vs_edited_auc(train_real, train_edit, test_real, test_edit),
+                                                 abs=1e-3)

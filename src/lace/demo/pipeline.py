@@ -36,6 +36,7 @@ from lace.demo.evaluation import evaluate_on_world
 from lace.demo.provenance_stage import (
     ProvenanceInstrument,
     fit_instrument,
+    fit_instrument_shade,
     held_out_split,
     provenance_figures,
 )
@@ -369,7 +370,8 @@ def _provenance(config: DemoConfig, foundation: Foundation, coco: TensorPairs, p
     """The provenance probe of this demo (the instrument is fitted only when some stage needs it)."""
     instrument = ProvenanceInstrument(
         partial(fit_instrument, config.finetune.negatives.local, foundation.encoder, coco, foundation.vocabulary, config.seed),
-        partial(held_out_split, foundation.world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary)
+        partial(held_out_split, foundation.world_dir, encoder=pixel_encoder, decoded=decoded), foundation.vocabulary,
+        partial(fit_instrument_shade, config.finetune.negatives.local, foundation.encoder, coco, foundation.vocabulary))
     key = stage_key(foundation.base_key, config_to_dict(config.finetune.negatives.local), config.seed, "provenance")
     return Provenance(instrument, key, config.model, config.progress and config.workers <= 1)
 

@@ -8,13 +8,17 @@ measured. With each image's first caption and the caption the swap describes (`R
 fitted on the validation split's real and edited image embeddings and scored on the test split's gives the
 AUC real vs edited (`real_vs_edited_auc`; 0.5: provenance cannot be read off the image embedding). The world's
 own colour swaps of the same scenes, rendered, are the reference: real counterfactual images.
+
+The same probe between the swap and each artefact-symmetric counterpart of the real image (`lace.local.symmetric`:
+round trip, nuisance shade, no-op), made in the swap's own pass, gives the probe AUC between positives and negatives
+as a symmetric arm shows them to the loss (`probe_auc_<kind>`; `probe_auc` is the arm without symmetry's).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -26,6 +30,8 @@ from lace.edits.captions import RuleNegatives
 from lace.encoders.base import DualEncoder
 from lace.local import LocalEditConfig, build_local_editor
 from lace.local.editor import LocalImageEditor, slot_changes
+from lace.local.recolour import RecolourRegression
+from lace.local.symmetric import SYMMETRIC_KINDS, build_shade_regression, symmetric_negatives
 from lace.progress import bar as progress_bar
 from lace.provenance import PREFERENCES, provenance_preferences, real_vs_edited_auc
 from lace.train import TensorPairs
@@ -35,6 +41,8 @@ PROBE_SPLITS = ("val", "test")
 """The probe is fitted on the first split and scored on the second; the preferences are the second's."""
 SOURCES = ("local", "rendered")
 """The instrument's binding swaps inside the tower, and the world's rendered colour swaps (the reference)."""
+COUNTERPARTS = SYMMETRIC_KINDS[1:]
+"""The symmetric counterparts of the real image each swap's probe is also measured against (`probe_auc_<kind>`)."""
 BATCH = 256
 
 
@@ -62,6 +70,20 @@ def fit_instrument(config: LocalEditConfig, encoder: DualEncoder, train: TensorP
                                   normalise, load_vocabulary(vocabulary), seed=seed)
 
 
+def fit_instrument_shade(config: LocalEditConfig, encoder: DualEncoder, train: TensorPairs, vocabulary: str,
+                         editor: LocalImageEditor) -> RecolourRegression | None:
+    """The nuisance counterparts' shade regression (`lace.local.symmetric`) of the instrument `editor`, fitted on the
+    images the editor was (None for an operator other than the recolouring); the global random stream is left as
+    it was."""
+    if config.operator != "recolour":
+        return None
+    count = min(config.fit_images, len(train))
+    with torch.random.fork_rng(devices=[]):
+        return build_shade_regression(replace(config, symmetric="nuisance"), editor, encoder.model,
+                                      train.pixels[:count].to(encoder.device), encoder.preprocess.transforms[-1],
+                                      load_vocabulary(vocabulary))
+
+
 def held_out_split(world_dir: Path, split: str, encoder: DualEncoder, decoded: dict | None = None) -> HeldOut:
     """`split`'s images (decoded once per `decoded`, as `world_pairs` keeps them), first captions and rendered
     colour swaps."""
@@ -75,17 +97,21 @@ def held_out_split(world_dir: Path, split: str, encoder: DualEncoder, decoded: d
 class ProvenanceInstrument:
     """The one instrument of every model's provenance figures: the editor fitted on the base and the held-out
     splits it edits, made on the first `prepare()` (a rerun whose provenance stages are all cached neither fits
-    nor renders). fit: () -> the fitted editor; held_out: split -> its `HeldOut`."""
+    nor renders). fit: () -> the fitted editor; held_out: split -> its `HeldOut`; fit_shade: the editor -> the
+    nuisance counterparts' shade regression (None: no nuisance counterpart is measured)."""
 
-    def __init__(self, fit: Callable[[], LocalImageEditor], held_out: Callable[[str], HeldOut], vocabulary: str):
-        self.fit, self.held_out, self.vocabulary = fit, held_out, vocabulary
+    def __init__(self, fit: Callable[[], LocalImageEditor], held_out: Callable[[str], HeldOut], vocabulary: str,
+                 fit_shade: Callable[[LocalImageEditor], RecolourRegression | None] | None = None):
+        self.fit, self.held_out, self.vocabulary, self.fit_shade = fit, held_out, vocabulary, fit_shade
         self.editor_: LocalImageEditor | None = None
+        self.shade_: RecolourRegression | None = None
         self.splits_: dict[str, HeldOut] = {}
         self.describer_: RuleNegatives | None = None
 
     def prepare(self) -> ProvenanceInstrument:
         if self.editor_ is None:
             self.editor_ = self.fit()
+            self.shade_ = self.fit_shade(self.editor_) if self.fit_shade is not None else None
             self.splits_ = {split: self.held_out(split) for split in PROBE_SPLITS}
             self.describer_ = RuleNegatives(load_vocabulary(self.vocabulary))
         return self
@@ -94,7 +120,8 @@ class ProvenanceInstrument:
 @dataclass
 class Embedded:
     """One split through one model: real images and captions U, V (N, d); per source the edited images (N, d), the
-    described captions (N, d) (zeros where none), and made (N,) and described (N,) bool."""
+    described captions (N, d) (zeros where none), and made (N,) and described (N,) bool; counterparts: per kind
+    of `COUNTERPARTS` measured, the (N, d) symmetric counterpart of each real image for its local swap."""
 
     U: Tensor
     V: Tensor
@@ -102,12 +129,14 @@ class Embedded:
     described: dict[str, Tensor]
     made: dict[str, Tensor]
     written: dict[str, Tensor]
+    counterparts: dict[str, Tensor]
 
 
 def provenance_figures(encoder: DualEncoder, instrument: ProvenanceInstrument, progress: bool = True) -> dict:
     """Per source (`SOURCES`): the four preferences, the edit cosine and their rows `n` on the test split, and the
     probe's AUC real vs edited (fitted on val, scored on test; None with fewer than two edits in either) with its
-    rows per split; and the images per split."""
+    rows per split; for the local swaps also the probe's AUC between each symmetric counterpart and the swap
+    (`probe_auc_<kind>`); and the images per split."""
     instrument.prepare()
     embedded = {split: _embed(encoder, instrument, split, progress) for split in PROBE_SPLITS}
     train, test = (embedded[split] for split in PROBE_SPLITS)
@@ -116,13 +145,22 @@ def provenance_figures(encoder: DualEncoder, instrument: ProvenanceInstrument, p
         rows = test.made[source] & test.written[source]
         measured = provenance_preferences(test.U, test.V, test.edited[source], test.described[source], rows)
         made = {split: int(embedded[split].made[source].sum()) for split in PROBE_SPLITS}
-        auc = None
-        if min(made.values()) >= 2:
-            auc = real_vs_edited_auc(train.U[train.made[source]], train.edited[source][train.made[source]],
-                                     test.U[test.made[source]], test.edited[source][test.made[source]])
+        probed = min(made.values()) >= 2
+        auc = _probe(train, test, source, train.U, test.U) if probed else None
         figures[source] = {**{name: _number(measured[name]) for name in (*PREFERENCES, "edit_cosine")},
                            "n": measured["n"], "probe_auc": auc, "probe_rows": made}
+        if source == "local":
+            figures[source].update({f"probe_auc_{kind}": _probe(train, test, source, train.counterparts[kind],
+                                                                test.counterparts[kind]) if probed else None
+                                    for kind in train.counterparts})
     return figures
+
+
+def _probe(train: Embedded, test: Embedded, source: str, train_real: Tensor, test_real: Tensor) -> float:
+    """`real_vs_edited_auc` of `source`'s edits against `*_real` (N, d) (the real images or a stand-in of them) on
+    the rows where the edit was made."""
+    rows, held = train.made[source], test.made[source]
+    return real_vs_edited_auc(train_real[rows], train.edited[source][rows], test_real[held], test.edited[source][held])
 
 
 def _number(value: float) -> float | None:
@@ -144,6 +182,10 @@ def _embed(encoder: DualEncoder, instrument: ProvenanceInstrument, split: str, p
             pixels = held.pixels[start:start + BATCH].to(encoder.device)
             captions = held.captions[start:start + BATCH]
             made = editor.negatives(encoder.model, pixels, n_edits=1)  # slot 0: the binding swap
+            for kind in COUNTERPARTS:
+                if kind != "nuisance" or instrument.shade_ is not None:  # the same swap, with its counterpart
+                    counterpart = symmetric_negatives(editor, encoder.model, pixels, 1, kind, instrument.shade_)
+                    parts.setdefault(f"counterpart {kind}", []).append(counterpart.counterparts[:, 0].float().cpu())
             swaps = [row[0] for row in slot_changes(made.kinds, made.changes, editor.concept_names)]
             texts["local"] += [rules.describe(caption, change) for caption, change in zip(captions, swaps)]
             texts["rendered"] += [rules.describe(caption, change) if change else None
@@ -160,7 +202,10 @@ def _embed(encoder: DualEncoder, instrument: ProvenanceInstrument, split: str, p
     written = {source: torch.tensor([text is not None for text in texts[source]], dtype=torch.bool)
                for source in SOURCES}
     described = {source: _encode_written(encoder, texts[source], U.shape[1]) for source in SOURCES}
-    return Embedded(U, V, {source: torch.cat(parts[source]) for source in SOURCES}, described, made, written)
+    counterparts = {kind: torch.cat(parts[f"counterpart {kind}"]) for kind in COUNTERPARTS
+                    if f"counterpart {kind}" in parts}
+    return Embedded(U, V, {source: torch.cat(parts[source]) for source in SOURCES}, described, made, written,
+                    counterparts)
 
 
 def _encode_written(encoder: DualEncoder, texts: list[str | None], dim: int) -> Tensor:

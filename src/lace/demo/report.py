@@ -227,7 +227,12 @@ PROVENANCE_COLUMNS = (
     ("edited caption prefers edited image", "edited_caption_prefers_edited_image"),
     ("edit cosine", "edit_cosine"),
     ("probe AUC real vs edited", "probe_auc"),
+    ("probe AUC round trip vs edited", "probe_auc_round_trip"),
+    ("probe AUC nuisance vs edited", "probe_auc_nuisance"),
+    ("probe AUC no-op vs edited", "probe_auc_no_op"),
 )
+"""The provenance table's columns (header, figure); a figure no model has (the symmetric counterparts' probes of the
+rendered swaps) is left out."""
 
 
 def provenance_table(provenance: dict, source: str, caption: str) -> Table:
@@ -236,14 +241,16 @@ def provenance_table(provenance: dict, source: str, caption: str) -> Table:
     by_variant: dict[str, list[dict]] = {}
     for model, figures in provenance.items():
         by_variant.setdefault(variant_of(model), []).append(figures[source])
+    columns = [(name, key) for name, key in PROVENANCE_COLUMNS
+               if any(key in run for runs in by_variant.values() for run in runs)]
     rows = []
     for variant, runs in by_variant.items():
         cells = []
-        for _, key in PROVENANCE_COLUMNS:
+        for _, key in columns:
             values = [run[key] for run in runs if run.get(key) is not None]
             cells.append(_cell(float(np.mean(values)), spread(values)) if values else None)
         rows.append([variant] + cells + [int(np.mean([run["n"] for run in runs]))])
-    return Table(["model"] + [name for name, _ in PROVENANCE_COLUMNS] + ["rows"], rows, caption=caption)
+    return Table(["model"] + [name for name, _ in columns] + ["rows"], rows, caption=caption)
 
 
 def _provenance_section(report: Report, summary: dict, out: Path) -> None:
@@ -261,7 +268,10 @@ def _provenance_section(report: Report, summary: dict, out: Path) -> None:
         "that prefers the real image is the provenance shortcut. The probe is a linear classifier of real against "
         f"edited image embeddings fitted on the validation split ({images['val']} images) and scored on the test "
         f"split ({images['test']} images; AUC 0.5: the edit leaves no trace of how it was made). The world's "
-        "rendered colour swaps of the same scenes are the reference.")
+        "rendered colour swaps of the same scenes are the reference. The same probe between each swap and an "
+        "artefact-symmetric counterpart of its real image, made through the same operator path (round trip: the "
+        "swap and back; nuisance: the objects moved to a lighter shade of their own colour; no-op: the identity "
+        "move), is the probe AUC between positives and negatives as a symmetric arm shows them to the loss.")
     note = spread_note(provenance)
     report.table(provenance_table(provenance, "local", f"the instrument's binding swaps (test split); {note}"))
     report.table(provenance_table(provenance, "rendered", f"the world's rendered colour swaps (test split); {note}"))

@@ -53,6 +53,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LACE-local image-side pairs + caption negatives": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "edited_rows_train_text": False, "caption_negatives": True},
+    # artefact symmetry (lace.local.symmetric): the chosen pairs arm with the real image, wherever the loss compares
+    # it with an edit, replaced by a counterpart made through the same operator path
+    "LACE-local symmetric pairs (round trip)": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "local": {"symmetric": "round_trip"}},
+    "LACE-local symmetric pairs (round trip) + caption negatives": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "local": {"symmetric": "round_trip"}, "caption_negatives": True},
+    "LACE-local symmetric pairs (nuisance)": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "local": {"symmetric": "nuisance"}},
+    "LACE-local symmetric pairs (no-op)": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "local": {"symmetric": "no_op"}},
     "LACE pairs": {"counterfactual_captions": True, "counterfactual_images": True, "edited_image_rows": True},
     # shapes world only: the renderer's real colour-swapped image of each training scene
     "ceiling (rendered swaps)": {"rendered_negatives": True},
@@ -64,7 +78,8 @@ ROLES: dict[str, tuple[str, ...]] = {
     "text_only": ("caption negatives",),
     "as_specified": ("LACE",),
     "best": ("LACE-local", "LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + real-image negative",
-             "LACE-local image-side pairs", "LACE pairs"),
+             "LACE-local image-side pairs", "LACE pairs", "LACE-local symmetric pairs (round trip)",
+             "LACE-local symmetric pairs (nuisance)", "LACE-local symmetric pairs (no-op)"),
     "ceiling": ("ceiling (rendered swaps)", "ceiling pairs"),
 }
 """The part arms play in the targets (`lace.experiment.claims`), role -> the arms that can play it: plain, the

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from lace.errors import input_error
 
 LOCAL_OPERATORS = ("recolour", "mean_shift")
+SYMMETRIC_KINDS = ("none", "round_trip", "nuisance", "no_op")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,11 @@ class LocalEditConfig:
     (local_fidelity_* in metrics.jsonl: direction agreement of its binding swaps with the rendered swaps; 0: never)."""
     fidelity_items: int = 64
     """Validation swap_attribute items (the first ones of the world's val split) the fidelity is measured on."""
+    symmetric: str = "none"
+    """Where the loss compares an edit with the real image, the real image's stand-in made through the same operator
+    path (`lace.local.symmetric`): none (the real image), round_trip (the edit, then its reverse at the same
+    object), nuisance (the edited objects moved to a lighter shade of their own colour; recolour operator, no
+    refresh) or no_op (the operator's identity move: the real image through the same cut and upper pass)."""
 
     def validate(self, where: str = "local edit config") -> LocalEditConfig:
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
@@ -51,4 +57,9 @@ class LocalEditConfig:
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
         if self.operator not in LOCAL_OPERATORS:
             raise input_error(where, "operator", f"one of {LOCAL_OPERATORS}", self.operator)
+        if self.symmetric not in SYMMETRIC_KINDS:
+            raise input_error(where, "symmetric", f"one of {SYMMETRIC_KINDS}", self.symmetric)
+        if self.symmetric == "nuisance" and (self.operator != "recolour" or self.refresh_every):
+            raise input_error(where, "symmetric", "nuisance only with operator recolour and refresh_every 0 (the "
+                              "shade regression is a recolouring, fitted once)", self.symmetric)
         return self

@@ -16,6 +16,8 @@ from torch import Tensor
 from lace.concepts.vocabulary import Vocabulary
 from lace.local.editor import LocalImageEditor, slot_changes
 from lace.local.maps import MapEditor
+from lace.local.recolour import RecolourRegression
+from lace.local.symmetric import real_stand_ins, symmetric_negatives
 from lace.local.text import caption_swap_negatives, single_token_ids
 from lace.row_random import RowGenerators
 from lace.train.pairs import Changes
@@ -27,20 +29,34 @@ class LocalImagePass:
     images are kept as `negatives` (B, M, d) unit, with gradient, and `valid` (B, M), and what each slot changed
     as `changes` (`lace.train.pairs.Changes`).
 
-    seeds: one per row (`row_seeds`), which draw each row's transplant targets.
+    seeds: one per row (`row_seeds`), which draw each row's transplant targets. symmetric: a kind of
+    `lace.local.symmetric` ("none": the real images): each slot's counterpart of the real image, made in the same
+    pass, is kept as `counterparts` (B, M, d), and U is each row's stand-in (`real_stand_ins`) instead of the real
+    image; shade: the nuisance regression that kind needs.
     """
 
-    def __init__(self, editor: LocalImageEditor, clip: torch.nn.Module, n_edits: int, seeds: list[int]):
+    def __init__(self, editor: LocalImageEditor, clip: torch.nn.Module, n_edits: int, seeds: list[int],
+                 symmetric: str = "none", shade: RecolourRegression | None = None):
         self.editor, self.clip, self.n_edits, self.seeds = editor, clip, n_edits, seeds
+        self.symmetric, self.shade = symmetric, shade
         self.negatives: Tensor | None = None
         self.valid: Tensor | None = None
         self.changes: Changes | None = None
+        self.counterparts: Tensor | None = None
 
     def __call__(self, pixels: Tensor) -> Tensor:
-        made = self.editor.negatives(self.clip, pixels, self.n_edits, generator=RowGenerators(self.seeds))
+        generator = RowGenerators(self.seeds)
+        if self.symmetric == "none":
+            made = self.editor.negatives(self.clip, pixels, self.n_edits, generator=generator)
+        else:
+            both = symmetric_negatives(self.editor, self.clip, pixels, self.n_edits, self.symmetric, self.shade,
+                                       generator)
+            made, self.counterparts = both.negatives, both.counterparts
         self.negatives, self.valid = made.embeddings, made.valid.to(pixels.device)
         self.changes = slot_changes(made.kinds, made.changes, self.editor.concept_names)
-        return made.original
+        if self.counterparts is None:
+            return made.original
+        return real_stand_ins(made.original, self.counterparts, self.valid)
 
 
 def map_negatives(encode_maps, embed_dim: int, editor: MapEditor, maps: Tensor, n_edits: int,

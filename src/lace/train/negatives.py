@@ -55,14 +55,16 @@ class Negatives:
             self.image_valid = torch.cat([self.image_valid, valid], dim=1)
 
     def add_image_edits(self, embeddings: Tensor, valid: Tensor, columns: bool,
-                        captions: Callable[[], list[list[str | None]]] | None) -> None:
+                        captions: Callable[[], list[list[str | None]]] | None,
+                        counterparts: Tensor | None = None) -> None:
         """One image-side source's (B, M, d) edits and (B, M) validity: text->image columns of the real caption
         (`columns`, `edited_image_columns`) and, when the micro-batch writes the captions of its edits (`captions`:
-        their per row and slot texts), candidate rows of their own (`edited`: the pairs layout, provenance)."""
+        their per row and slot texts), candidate rows of their own (`edited`: the pairs layout, provenance), with
+        the (B, M, d) stand-ins of the real image per slot where the source makes them (`lace.local.symmetric`)."""
         if columns:
             self.add_images(embeddings, valid)
         if captions is not None:
-            self.edited.append(EditedImages(embeddings, valid, captions()))
+            self.edited.append(EditedImages(embeddings, valid, captions(), counterparts))
 
 
 def rule_collisions(edited: list[EditedImages], rule_strings: list[list[str]]) -> int:

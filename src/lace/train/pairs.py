@@ -36,21 +36,27 @@ Describe = Callable[[Changes], list[list["str | None"]]]
 @dataclass
 class EditedImages:
     """One image-side source's edits as candidate rows: embeddings (B, M, d) unit with gradient, valid (B, M), and
-    per row and slot the caption the edit describes (None where it cannot be written)."""
+    per row and slot the caption the edit describes (None where it cannot be written); counterparts (B, M, d): per
+    slot the image that stands for the real one in the real-image negative (None: the real image itself;
+    `lace.local.symmetric`)."""
 
     embeddings: Tensor
     valid: Tensor
     captions: list[list[str | None]]
+    counterparts: Tensor | None = None
 
 
 @dataclass
 class PairRows:
     """The rows of the pairs term: images (B, P, d) edited images, captions (B, P, d) their described captions'
-    embeddings (zeros where invalid), valid (B, P) bool."""
+    embeddings (zeros where invalid), valid (B, P) bool; counterparts (B, P, d) the real image's stand-in per row
+    where `has_counterpart` (B, P) (None: the real image everywhere)."""
 
     images: Tensor
     captions: Tensor
     valid: Tensor
+    counterparts: Tensor | None = None
+    has_counterpart: Tensor | None = None
 
 
 def describe_slots(rules: RuleNegatives, captions: list[str], changes: Changes) -> list[list[str | None]]:
@@ -93,7 +99,13 @@ def pair_rows(edits: list[EditedImages], encode_texts: Callable[[list[str]], Ten
     if valid.any():
         texts = [text for row, keep in zip(captions, valid.tolist()) for text, on in zip(row, keep) if on]
         embedded = embedded.index_put((valid,), encode_texts(texts).to(images.dtype))
-    return PairRows(images, embedded, valid)
+    if all(edit.counterparts is None for edit in edits):
+        return PairRows(images, embedded, valid)
+    counterparts = torch.cat([edit.embeddings.new_zeros(edit.embeddings.shape) if edit.counterparts is None
+                              else edit.counterparts for edit in edits], dim=1)
+    has = torch.cat([torch.full(edit.valid.shape, edit.counterparts is not None, dtype=torch.bool,
+                                device=images.device) for edit in edits], dim=1)
+    return PairRows(images, embedded, valid, counterparts, has)
 
 
 def pair_term(rows: PairRows, U: Tensor, V: Tensor, logit_scale: Tensor, logit_bias: Tensor | None,
@@ -101,12 +113,18 @@ def pair_term(rows: PairRows, U: Tensor, V: Tensor, logit_scale: Tensor, logit_b
     """`pair_loss` of this process's rows against every process's, exact under data parallelism: the divisor is
     the global batch's valid rows over the number of processes, so the mean of the processes' terms is the
     one-process term. U, V (B, d): the real images and captions; each row's real caption is its hard negative, and
-    with `real_image_negative` its real image is the hard negative of its described caption."""
+    with `real_image_negative` its real image (or the row's counterpart of it, `PairRows.counterparts`) is the hard
+    negative of its described caption."""
     images = rows.images.flatten(0, 1)  # (B P, d)
     captions = rows.captions.flatten(0, 1)
     valid = rows.valid.flatten()
     originals = V[:, None].expand(rows.images.shape).flatten(0, 1)
-    real_images = U[:, None].expand(rows.images.shape).flatten(0, 1) if real_image_negative else None
+    real_images = None
+    if real_image_negative:
+        real_images = U[:, None].expand(rows.images.shape)
+        if rows.counterparts is not None:
+            real_images = torch.where(rows.has_counterpart[..., None], rows.counterparts.to(U.dtype), real_images)
+        real_images = real_images.flatten(0, 1)
     gallery_images, offset = gather_with_grad(images, context)
     gallery_texts, _ = gather_with_grad(captions, context)
     gallery_valid, _ = gather_with_grad(valid.to(torch.long), context)

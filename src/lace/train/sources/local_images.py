@@ -16,6 +16,7 @@ import torch
 from lace.concepts.vocabulary import load_vocabulary
 from lace.errors import LaceInputError
 from lace.local import build_local_editor
+from lace.local.symmetric import build_shade_regression
 from lace.train.data import LOCAL_STREAM
 from lace.train.local_arm import LocalImagePass, map_negatives
 from lace.train.local_refresh import LocalEditorUpkeep, fidelity_probe
@@ -37,6 +38,9 @@ class LocalImageEdits(NegativeSource):
             raise LaceInputError(f"{path.where}: field 'local_image_negatives': expected a fitted "
                                  "lace.local.maps.MapEditor passed in as local_editor (the maps' objects are found on "
                                  "the cached maps)")
+        if run.config.negatives.local.symmetric != "none":
+            raise LaceInputError(f"{path.where}: field 'local.symmetric': expected none on cached tower tops (the "
+                                 "symmetric counterparts are made on pixels only)")
         upkeep = [f"local.{name}" for name in ("refresh_every", "fidelity_every") if getattr(run.config.negatives.local, name)]
         if upkeep:
             raise LaceInputError(f"{path.where}: fields {upkeep}: expected 0 (the maps below the cut are frozen, so a "
@@ -47,6 +51,7 @@ class LocalImageEdits(NegativeSource):
         self.editor = given.get("local_editor")
         if self.editor is None:
             self.editor = self._fit()
+        self.shade = self._fit_shade() if path.name == "pixels" else None  # the nuisance counterparts' regression
         self.upkeep = None  # refits and fidelity of the editor (pixels only: the cached maps are frozen)
         if path.name == "pixels":
             self.upkeep = LocalEditorUpkeep(self.config.negatives.local, self._fit,
@@ -63,25 +68,41 @@ class LocalImageEdits(NegativeSource):
             return build_local_editor(config.negatives.local, encoder.model, pixels.to(self.run.device), captions, normalise,
                                       load_vocabulary(config.run.vocabulary), seed=config.run.seed)
 
+    def _fit_shade(self):
+        """`local.symmetric` nuisance's shade regression (None for the other kinds), fitted with the editor's reader
+        on the editor's training images; the run's random stream is left as it was."""
+        config, encoder = self.config, self.run.encoder
+        if config.negatives.local.symmetric != "nuisance":
+            return None
+        pixels, _ = self.path.first_images(config.negatives.local.fit_images)
+        with torch.random.fork_rng(devices=[]):
+            return build_shade_regression(config.negatives.local, self.editor, encoder.model, pixels.to(self.run.device),
+                                          encoder.preprocess.transforms[-1], load_vocabulary(config.run.vocabulary))
+
     def image_pass(self, micro: MicroBatch) -> LocalImagePass | None:
-        # U and the local negatives come from one pass of the image tower
-        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, self.config.negatives.local.n_edits,
-                                              micro.row_seeds(self.config.run.seed, LOCAL_STREAM))
+        # U and the local negatives come from one pass of the image tower (with local.symmetric, U is the real
+        # images' stand-ins and each edit's counterpart is made in the same pass)
+        local = self.config.negatives.local
+        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, local.n_edits,
+                                              micro.row_seeds(self.config.run.seed, LOCAL_STREAM), local.symmetric,
+                                              self.shade)
         return self.image_pass_made
 
     def embed(self, micro: MicroBatch) -> None:
         if self.path.name == "pixels":
             made = self.image_pass_made
-            self.edits = (made.negatives.float(), made.valid, made.changes)
+            counterparts = None if made.counterparts is None else made.counterparts.float()
+            self.edits = (made.negatives.float(), made.valid, made.changes, counterparts)
         else:
             top = self.run.encoder
-            self.edits = map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps,
-                                       self.config.negatives.local.n_edits, micro.row_seeds(self.config.run.seed, LOCAL_STREAM))
+            self.edits = (*map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps,
+                                         self.config.negatives.local.n_edits, micro.row_seeds(self.config.run.seed, LOCAL_STREAM)),
+                          None)
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
-        embeddings, valid, changes = self.edits
+        embeddings, valid, changes, counterparts = self.edits
         negatives.add_image_edits(embeddings, valid, self.config.arm.edited_image_columns,
-                                  self.describe_edits(micro, lambda: changes))
+                                  self.describe_edits(micro, lambda: changes), counterparts)
 
     def after_step(self, step: int) -> bool:
         """Refit the editor when due (`LocalEditorUpkeep`); True when the step's fidelity is due."""
