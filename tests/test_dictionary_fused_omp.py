@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lace.dictionary import SparseCodes, decode, encode
-from lace.dictionary.fused_omp import TILE, tile_maxima
+from lace.dictionary.fused_omp import TILE
 
 
 def _unit_rows(rows: torch.Tensor) -> torch.Tensor:
@@ -124,14 +124,3 @@ def test_the_kernel_is_checked():
         encode(torch.ones(1, 4), atoms, 2, kernel="numba")
     with pytest.raises(ValueError, match="kernel: 'fused' runs on CPU in float32 or float64"):
         encode(torch.ones(1, 4, dtype=torch.bfloat16), atoms.bfloat16(), 2, kernel="fused")
-
-
-def test_tile_maxima_leave_out_each_atom_own_entry():
-    generator = torch.Generator().manual_seed(6)
-    atoms = _unit_rows(torch.randn(TILE + 40, 16, generator=generator))
-    gram = (atoms @ atoms.T).numpy()
-    maxima = tile_maxima(gram)
-    off_diagonal = torch.from_numpy(gram).abs().fill_diagonal_(0)
-    expected = torch.stack([off_diagonal[:, :TILE].amax(1), off_diagonal[:, TILE:].amax(1)], dim=1)
-    torch.testing.assert_close(torch.from_numpy(maxima), expected, atol=0, rtol=0)
-    assert (maxima < 0.999).all()  # the diagonal (1) is in no tile's maximum

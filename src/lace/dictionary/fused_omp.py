@@ -14,15 +14,12 @@ The residual correlations are `X D^T - a_I G[I]`. They are kept in tiles of TILE
 each up to date for the coefficients of some earlier step, and a tile is brought up to
 date (its slice of the support's Gram rows, times the change of the coefficients) only
 when it could hold the step's largest entry: its largest stored entry plus
-sum_j |change_j| max |G[k_j, i]| over the tile's atoms i other than k_j (a bound, with a
-margin for rounding) is at least the largest up-to-date entry. The diagonal G[k_j, k_j] stays
-out of the bound: the support atoms' own entries are 0 in exact arithmetic (the residual is
-orthogonal to the support) and are bounded apart, and the tile an atom was chosen from keeps
-the largest of its other entries. Tiles that cannot win stay stale, so every selection is the
-one a full update would make, with fewer Gram reads (about 23 of 56 tile updates per row run on
-the encode benchmark, 27 when the bound kept the diagonal); the selection reads one integer key
-per tile (see `_order_key`) and one tile. Of what remains, about a third is waiting on memory
-for the Gram slices (at K = 4096, G is 64 MB) and the rest is the updates' arithmetic; a bfloat16 copy of G for the
+sum_j |change_j| max |G[k_j, tile]| (a bound, with a margin for rounding) is at least the
+largest up-to-date entry. Tiles that cannot win stay stale, so every selection is the one
+a full update would make, with fewer Gram reads (about half of the tile updates are skipped
+on the encode benchmark); the selection reads one integer key per tile (see `_order_key`)
+and one tile. Of what remains, about a third is waiting on memory for the Gram slices (at
+K = 4096, G is 64 MB) and the rest is the updates' arithmetic; a bfloat16 copy of G for the
 updates, with error bounds and exact recomputes of near ties, was slower (docs/results-history.md,
 "Sparse coding toward the matrix-product floor").
 
@@ -48,7 +45,6 @@ DEPENDENT = 1e-7  # an atom whose squared distance to the support's span is belo
 # Reassociation and fused multiply-adds: maxima are exact in any order, and the tile
 # updates' rounding (which the bounds' margin covers) changes by less than float32's own.
 FAST_MATH = True
-SUPPORT_RESIDUAL = 1e-4  # bound on |residual correlation| of a support atom, as a share of the row's magnitudes
 NONE = -1.0e300  # below every entry and bound; no infinities, which fast math assumes away
 
 
@@ -62,8 +58,7 @@ def _compiled(function):
 
 
 def tile_maxima(gram: np.ndarray) -> np.ndarray:
-    """(K, ceil(K / TILE)) largest |G[k, i]| over the atoms i != k of each tile (0 if none), for the Gram
-    matrix (K, K)."""
+    """(K, ceil(K / TILE)) largest |G[k, i]| over the atoms i of each tile, for the Gram matrix (K, K)."""
     n_atoms = gram.shape[0]
     maxima = np.empty((n_atoms, (n_atoms + TILE - 1) // TILE), dtype=gram.dtype)
     _tile_maxima(gram, maxima)
@@ -104,7 +99,7 @@ def _tile_maxima(gram, maxima):
     for atom in range(n_atoms):
         for tile in range(maxima.shape[1]):
             start = tile * TILE
-            key = _largest_key_without(gram[atom, start : min(start + TILE, n_atoms)], atom - start, True)
+            key = _largest_key(gram[atom, start : min(start + TILE, n_atoms)], True)
             maxima[atom, tile] = _key_value(key, like)
 
 
@@ -138,11 +133,10 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, non
         for step in range(sparsity):
             if step:
                 _update_candidate_tiles(
-                    original, residual, gram, gram_tile_maxima, support, history, targets, live, versions, tile_keys,
-                    bounds, weights, absolute, margin,
+                    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds,
+                    weights, absolute, margin,
                 )
-            source = original if live == 0 else residual  # where the up-to-date tiles are
-            best, chosen = _first_largest(source, tile_keys, versions, live, absolute)
+            best, chosen = _first_largest(original if live == 0 else residual, tile_keys, versions, live, absolute)
             if best <= tiny or not _grow_factor(factor, cross, gram, gram_diagonal, support, step, chosen, tiny):
                 break
             support[step] = chosen
@@ -151,9 +145,6 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, non
             _cholesky_solve(factor, targets, live, scratch, coefficients)
             for j in range(sparsity):
                 history[live, j] = coefficients[j] if j < live else 0.0
-            # the chosen atom's tile is bounded from its other entries: the chosen one's residual is now 0
-            start = chosen // TILE * TILE
-            tile_keys[chosen // TILE] = _largest_key_without(source[start : start + TILE], chosen - start, absolute)
         last = support[live - 1] if live == sparsity else chosen
         for j in range(sparsity):
             indices[row, j] = support[j] if j < live else last
@@ -256,19 +247,6 @@ def _largest_key(values, absolute):
 
 
 @_compiled
-def _largest_key_without(values, skip, absolute):
-    """The largest order key of a 1-d slice but its entry `skip` (none skipped when out of range), and at
-    least the key of 0 (0 itself: exact for |values|, an upper bound for signed ones)."""
-    best = 0
-    n = values.shape[0]
-    for i in range(min(max(skip, 0), n)):
-        best = max(best, _order_key(values[i], absolute))
-    for i in range(max(skip + 1, 0), n):
-        best = max(best, _order_key(values[i], absolute))
-    return best
-
-
-@_compiled
 def _largest_tile_keys(values, tile_keys, absolute):
     """tile_keys[c] = the largest order key of tile c of `values`."""
     n_atoms = values.shape[0]
@@ -279,8 +257,7 @@ def _largest_tile_keys(values, tile_keys, absolute):
 
 @_compiled
 def _update_candidate_tiles(
-    original, residual, gram, gram_tile_maxima, support, history, targets, live, versions, tile_keys, bounds, weights,
-    absolute, margin,
+    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds, weights, absolute, margin
 ):
     """Bring up to date (version `live`) every tile that could hold an entry at least the
     largest up-to-date one, largest bound first. A tile of version 0 is still in `original`."""
@@ -298,21 +275,6 @@ def _update_candidate_tiles(
         for j in range(live):
             spread += abs(history[live, j] - history[version, j]) * gram_tile_maxima[support[j], tile]
         bounds[tile] = stored + spread + margin * (abs(stored) + spread)
-    # the tile maxima leave out G[k, k], so the support atoms' own entries are bounded apart: they are 0
-    # in exact arithmetic (the least-squares residual is orthogonal to the support), their rounding far
-    # below SUPPORT_RESIDUAL of the row's magnitudes
-    largest_target = 0.0
-    fitted = 0.0  # bounds sum_j |a_j G[k_j, k_m]|, by |G[k_j, k_m]| <= max(G[k_j, k_j], G[k_m, k_m])
-    largest_diagonal = 0.0
-    for j in range(live):
-        largest_target = max(largest_target, abs(targets[j]))
-        largest_diagonal = max(largest_diagonal, np.float64(gram[support[j], support[j]]))
-        fitted += abs(history[live, j])
-    magnitude = largest_target + fitted * largest_diagonal
-    for j in range(live):
-        tile = support[j] // TILE
-        if versions[tile] != live:
-            bounds[tile] = max(bounds[tile], SUPPORT_RESIDUAL * magnitude)
     # fetch every candidate tile's Gram slices at once: one at a time, each waits on memory
     line_entries = LINE // gram.itemsize
     for tile in range(bounds.shape[0]):
