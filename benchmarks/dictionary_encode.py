@@ -7,22 +7,29 @@ s = 8. scikit-learn codes ~100 rows/s, so it runs on a subset and its throughput
 scaled; all reconstruction errors are measured on that same subset.
 
 Reported: throughputs, mean relative squared error |x - aD|^2 / |x|^2 of each coder,
-lace's time over the floor (one (N, d) x (d, K) product, the faster of 4096-row blocks
+lace's time over the floor (one float32 (N, d) x (d, K) product, the faster of 4096-row blocks
 and lace's own block size) and where lace's time goes (a per-stage profile of the first
 --profile-n rows). lace runs plain OMP (nonnegative=False, the same algorithm as
-scikit-learn, codes equal) and its default non-negative OMP. The floor and the two lace
-coders are timed alternately in one process, best of --repeats, so that a busy machine
-slows them alike; the load average is printed with the figures. On CPU the times are the
-process's CPU time (one thread, so on an idle machine the same as wall time, and on a
-shared one not inflated by waiting for a core); wall times are in the JSON too. Times
-include the Gram matrix D D^T. One thread. On CPU lace runs its fused kernel, compiled
-with numba: its first call (compilation, or a load from numba's on-disk cache) is timed
-apart and not in the figures; --kernel torch times the batched torch kernel instead.
+scikit-learn, codes equal) and its default non-negative OMP. The floor and the lace coders are
+timed alternately in one process, each lace run right after a floor run, so that a busy machine
+slows them alike; "x floor" is lace's best time over the floor's best, "median" the median over
+the repeats of each run over the floor timed just before it. The load average is printed with
+the figures. On CPU the times are the process's CPU time (one thread, so on an idle machine the
+same as wall time, and on a shared one not inflated by waiting for a core); wall times are in
+the JSON too. Times include the Gram matrix D D^T. One thread; everything is run once untimed
+first. On CPU lace runs its fused kernel, compiled with numba: its first call (compilation, or a
+load from numba's on-disk cache) is timed apart and not in the figures; --kernel torch times the
+batched torch kernel instead. On a CPU with AMX the table adds lace with the split bfloat16
+product (`lace.dictionary.split_product`, opt-in: LACE_SPLIT_PRODUCT=1) and that product alone,
+and counts the rows whose codes differ from lace's with its own product.
 
-Which kernels ran is printed under the table and in the JSON's "kernels": torch's BLAS for the
-product, the floor and the Gram (oneMKL's own verbose line: version and instruction set), numpy's
-BLAS, which only scikit-learn uses (threadpoolctl: library, version, architecture), the CPU numba
-compiles the fused kernel for, and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as set for the run.
+Which kernels ran is printed under the table and in the JSON's "kernels": the oneMKL and oneDNN
+calls (function, thread count) of one block of the floor and of lace, from their verbose output;
+torch's oneMKL (version, instruction set, interface and threading layer) and oneDNN; every thread
+pool threadpoolctl finds (numpy's and scipy's BLAS: library, version, threading layer,
+architecture, used by scikit-learn's peer only; torch's OpenMP; torch's oneMKL is linked into torch
+and not visible to threadpoolctl); the CPU numba compiles the fused kernel for; and
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE / LACE_SPLIT_PRODUCT as set for the run.
 
 Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu] [--kernel torch]
 The last printed line is one JSON object.
@@ -105,21 +112,24 @@ def timed(function, device: torch.device):
 
 
 @contextlib.contextmanager
-def split_product_setting(split: bool):
-    """LACE_SPLIT_PRODUCT as asked for while the block runs (lace reads it per call), then as it was."""
+def split_product_setting(split: bool | None):
+    """LACE_SPLIT_PRODUCT as asked for while the block runs (lace reads it per call; None: as set), then as
+    it was."""
     saved = os.environ.get("LACE_SPLIT_PRODUCT")
-    os.environ["LACE_SPLIT_PRODUCT"] = "1" if split else "0"
+    if split is not None:
+        os.environ["LACE_SPLIT_PRODUCT"] = "1" if split else "0"
     try:
         yield
     finally:
         if saved is None:
-            del os.environ["LACE_SPLIT_PRODUCT"]
+            os.environ.pop("LACE_SPLIT_PRODUCT", None)
         else:
             os.environ["LACE_SPLIT_PRODUCT"] = saved
 
 
 def split_support_gap(split: SparseCodes, float32: SparseCodes) -> dict:
-    """How codes from the split product differ from those from the float32 product: rows whose atoms
+    """How codes from the split product differ from those of lace as run (the float32 product unless
+    LACE_SPLIT_PRODUCT=1): rows whose atoms
     (as a set, and in order) differ, and the largest difference of the dense codes."""
     same_order = (split.indices == float32.indices) | ((split.values == 0) & (float32.values == 0))
     as_sets = torch.sort(torch.where(split.values != 0, split.indices, -1), dim=1).values
@@ -234,7 +244,7 @@ def kernels(floor_block, lace_block) -> dict:
                        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()},
         "floor_calls": call_summary(calls.get("floor", [])),
         "lace_calls": call_summary(calls.get("lace", [])),
-        "lace_product": "split bfloat16 (3 products, AMX)" if split_product.available() else "float32",
+        "lace_product": "split bfloat16 (3 products, AMX)" if split_product.enabled() else "float32",
         "threadpools": [{key: pool.get(key) for key in ("user_api", "internal_api", "version", "threading_layer",
                                                          "num_threads", "architecture", "prefix")}
                         for pool in threadpool_info()],
@@ -291,7 +301,7 @@ def main() -> int:
                 x[start : start + rows] @ atoms.T
         return product
 
-    def lace(nonnegative: bool, split: bool = True):
+    def lace(nonnegative: bool, split: bool | None = None):  # split: None = as LACE_SPLIT_PRODUCT says
         def run():
             with split_product_setting(split):
                 return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
@@ -305,14 +315,19 @@ def main() -> int:
             rows = x[start : start + block_rows]
             product(rows, out[: rows.shape[0]])
 
-    split_ran = fused and atoms.dtype == torch.float32 and split_product.available()
-    floor(4096)()  # warm-up, untimed (lace's first call is above)
-    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_float32",
-                                                          "own_product")}
+    split_ran = fused and atoms.dtype == torch.float32 and split_product.supported()
+    floor(4096)()  # warm-up, untimed: the floor, and lace on one block in each setting
+    for split in (None, True) if split_ran else (None,):
+        with split_product_setting(split):
+            for nonnegative in (False, True):
+                encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+                       kernel=args.kernel)
+    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_split",
+                                                          "split_product_alone")}
     floor_before: dict[str, list[float]] = {name: [] for name in times}  # the floor timed just before each
     walls: dict[str, list[float]] = {name: [] for name in times}
     runs = [("plain", lace(False)), ("nonnegative", lace(True))]
-    runs += [("plain_float32", lace(False, split=False)), ("own_product", own_product)] if split_ran else []
+    runs += [("plain_split", lace(False, split=True)), ("split_product_alone", own_product)] if split_ran else []
     results = {}
     for _ in range(args.repeats):  # alternated, so that a busy machine slows them alike
         for index, (name, function) in enumerate(runs):
@@ -333,7 +348,7 @@ def main() -> int:
     # each run's time over the floor timed just before it, then the median over the repeats
     median_ratio = {name: statistics.median(t / f for t, f in zip(times[name], floor_before[name]))
                     for name in times if times[name] and name != "floor"}
-    split_gap = split_support_gap(codes, results["plain_float32"]) if split_ran else None
+    split_gap = split_support_gap(results["plain_split"], codes) if split_ran else None
     load = os.getloadavg()
 
     subset = x[: args.peer_n].cpu()
@@ -369,8 +384,8 @@ def main() -> int:
     print(f"{'coder':<40}{'rows/s':>10}{'rel. error':>12}{'time (s)':>10}{'x floor':>9}{'median':>8}")
     print(f"{'floor: one (N,d)x(d,K) float32 product':<40}{args.n / floor_s:>10.0f}{'':>12}{floor_s:>10.2f}{1:>9.2f}")
     labels = {"plain": ("lace OMP (signs free)", lace_error), "nonnegative": ("lace non-negative OMP", nonneg_error),
-              "plain_float32": ("lace OMP, float32 product", None),
-              "own_product": ("lace's product alone (split bf16)", None)}
+              "plain_split": ("lace OMP, split bf16 product (opt-in)", None),
+              "split_product_alone": ("the split bf16 product alone", None)}
     for name, (label, error) in labels.items():
         if times[name]:
             best = min(times[name])
@@ -379,7 +394,7 @@ def main() -> int:
     print(f"{'scikit-learn OMP (n=' + str(args.peer_n) + ')':<40}{peer_rate:>10.0f}{peer_error:>12.5f}"
           f"{peer_s:>10.2f}")
     if split_gap:
-        print(f"split product against float32 product, signs-free codes of all {split_gap['rows']} rows: "
+        print(f"split product against lace's own product, signs-free codes of all {split_gap['rows']} rows: "
               f"{split_gap['rows_other_atoms']} rows with other atoms, {split_gap['rows_other_order']} with the "
               f"same atoms in another order; largest code difference {split_gap['max_code_difference']:.2e}")
     print(f"largest code difference lace vs scikit-learn on the subset: {code_gap:.2e}")
@@ -412,8 +427,9 @@ def main() -> int:
         "vs_floor_ratio": round(lace_s / floor_s, 2),
         "nonnegative_vs_floor_ratio": round(nonneg_s / floor_s, 2),
         "median_vs_floor_ratio": {name: round(value, 2) for name, value in median_ratio.items()},
-        "float32_product_vs_floor_ratio": round(min(times["plain_float32"]) / floor_s, 2) if split_ran else None,
-        "own_product_vs_floor_ratio": round(min(times["own_product"]) / floor_s, 2) if split_ran else None,
+        "split_product_vs_floor_ratio": round(min(times["plain_split"]) / floor_s, 2) if split_ran else None,
+        "split_product_alone_vs_floor_ratio": round(min(times["split_product_alone"]) / floor_s, 2)
+        if split_ran else None,
         "split_product_codes": split_gap,
         "timing": "process CPU time, best of repeats" if device.type == "cpu" else "wall time, best of repeats",
         "seconds": {name: [round(value, 3) for value in values] for name, values in times.items()},

@@ -2,7 +2,9 @@
 
 OMP has two kernels, chosen in `encode` (`_omp_kernel`):
 - on CPU (float32 / float64), `fused_omp`: the product per block of rows, then a compiled
-  loop that codes the block row by row with the row's correlations in cache;
+  loop that codes the block row by row with the row's correlations in cache. With
+  LACE_SPLIT_PRODUCT=1 on CPUs with AMX, the float32 product is `split_product`'s three bfloat16
+  products (error of float32's order; near-tied atoms may be chosen in another order);
 - elsewhere, or when asked for (`kernel="torch"`), `_batch_omp` below, which works on the
   whole block at once; its only Python loop is over the `s` atom-selection steps.
 Both select, stop and refit by the same rules and give the same supports.
@@ -287,11 +289,10 @@ class _OmpBuffers:
         self._split_product = None
 
     def product(self, x: Tensor, atoms: Tensor) -> Tensor:
-        """(n, K) X D^T for the fused kernel, in the buffer: float32 on a CPU with AMX from three bfloat16
-        products (`split_product`, codes equal within float32-level rounding of the correlations),
-        else the float32 / float64 product."""
+        """(n, K) X D^T for the fused kernel, in the buffer: the product in the atoms' dtype, or for float32
+        where asked for (LACE_SPLIT_PRODUCT=1, AMX) `split_product`'s three bfloat16 products."""
         correlations = self.correlations[: x.shape[0]]
-        if atoms.dtype != torch.float32 or not split_product.available():
+        if atoms.dtype != torch.float32 or not split_product.enabled():
             return torch.mm(x, atoms.T, out=correlations)
         if self._split_product is None:
             self._split_product = split_product.SplitProduct(atoms, self.correlations.shape[0])
