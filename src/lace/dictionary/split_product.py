@@ -11,7 +11,8 @@ splitting), against float32's own rounding of about d 2^-24 sum_i |x_i d_i|; on 
 two are of the same order (about 1e-6 and 3e-7 at most on `benchmarks/dictionary_encode.py`'s
 data). With AMX's bfloat16 tiles the three products take about half the time of one float32
 product (AVX-512) alone; measured inside the encoder (benchmarks/dictionary_encode.py), the split
-product saved 8-13% of the whole encode time (three runs, loaded machine). The fused OMP kernel uses it when LACE_SPLIT_PRODUCT=1
+product saved 8-13% of the whole encode time (three runs, loaded machine). The fused OMP kernel
+uses it when LACE_SPLIT_PRODUCT=1
 on a CPU where it is `supported()`; by default it uses the float32 product, because the split
 product's rounding, of float32's order but not float32's, changes the order in which near-tied atoms
 are chosen in a few rows (3 of 100,000 on the benchmark's data: same atoms, codes within 1.3e-6).
