@@ -13,8 +13,9 @@ data). With AMX's bfloat16 tiles the three products take 0.65-0.8 of the time of
 product (AVX-512) on this machine class; inside the encoder (benchmarks/dictionary_encode.py) the
 split product saved 8-13% of the whole encode time (three runs, loaded machine). The fused OMP
 kernel uses it when LACE_SPLIT_PRODUCT=1 on a CPU where it is `supported()`; by default it uses
-the float32 product, because the split product's rounding, of float32's order but not float32's, changes the order in which near-tied atoms
-are chosen in a few rows (3 of 100,000 on the benchmark's data: same atoms, codes within 1.3e-6).
+the float32 product, because the split product's rounding, of float32's order but not float32's,
+changes the order in which near-tied atoms are chosen in a few rows (3 of 100,000 on the
+benchmark's data: same atoms, codes within 1.3e-6).
 """
 
 from __future__ import annotations
