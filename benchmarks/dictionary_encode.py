@@ -7,22 +7,29 @@ s = 8. scikit-learn codes ~100 rows/s, so it runs on a subset and its throughput
 scaled; all reconstruction errors are measured on that same subset.
 
 Reported: throughputs, mean relative squared error |x - aD|^2 / |x|^2 of each coder,
-lace's time over the floor (one (N, d) x (d, K) product, the faster of 4096-row blocks
+lace's time over the floor (one float32 (N, d) x (d, K) product, the faster of 4096-row blocks
 and lace's own block size) and where lace's time goes (a per-stage profile of the first
 --profile-n rows). lace runs plain OMP (nonnegative=False, the same algorithm as
-scikit-learn, codes equal) and its default non-negative OMP. The floor and the two lace
-coders are timed alternately in one process, best of --repeats, so that a busy machine
-slows them alike; the load average is printed with the figures. On CPU the times are the
-process's CPU time (one thread, so on an idle machine the same as wall time, and on a
-shared one not inflated by waiting for a core); wall times are in the JSON too. Times
-include the Gram matrix D D^T. One thread. On CPU lace runs its fused kernel, compiled
-with numba: its first call (compilation, or a load from numba's on-disk cache) is timed
-apart and not in the figures; --kernel torch times the batched torch kernel instead.
+scikit-learn, codes equal) and its default non-negative OMP. The floor and the lace coders are
+timed alternately in one process, each lace run right after a floor run, so that a busy machine
+slows them alike; "x floor" is lace's best time over the floor's best, "median" the median over
+the repeats of each run over the floor in lace's block size timed just before it. The load average is printed with
+the figures. On CPU the times are the process's CPU time (one thread, so on an idle machine the
+same as wall time, and on a shared one not inflated by waiting for a core); wall times are in
+the JSON too. Times include the Gram matrix D D^T. One thread; everything is run once untimed
+first. On CPU lace runs its fused kernel, compiled with numba: its first call (compilation, or a
+load from numba's on-disk cache) is timed apart and not in the figures; --kernel torch times the
+batched torch kernel instead. On a CPU with AMX the table adds lace with the split bfloat16
+product (`lace.dictionary.split_product`, opt-in: LACE_SPLIT_PRODUCT=1) and that product alone,
+and counts the rows whose codes differ from lace's with its own product.
 
-Which kernels ran is printed under the table and in the JSON's "kernels": torch's BLAS for the
-product, the floor and the Gram (oneMKL's own verbose line: version and instruction set), numpy's
-BLAS, which only scikit-learn uses (threadpoolctl: library, version, architecture), the CPU numba
-compiles the fused kernel for, and OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as set for the run.
+Which kernels ran is printed under the table and in the JSON's "kernels": the oneMKL and oneDNN
+calls (function, thread count) of one block of the floor and of lace, from their verbose output;
+torch's oneMKL (version, instruction set, interface and threading layer) and oneDNN; every thread
+pool threadpoolctl finds (numpy's and scipy's BLAS: library, version, threading layer,
+architecture, used by scikit-learn's peer only; torch's OpenMP; torch's oneMKL is linked into torch
+and not visible to threadpoolctl); the CPU numba compiles the fused kernel for; and
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE / LACE_SPLIT_PRODUCT as set for the run.
 
 Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu] [--kernel torch]
 The last printed line is one JSON object.
@@ -31,10 +38,12 @@ The last printed line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -45,7 +54,7 @@ from sklearn.decomposition import sparse_encode
 from threadpoolctl import threadpool_info, threadpool_limits
 from torch.profiler import ProfilerActivity, profile
 
-from lace.dictionary import fused_omp
+from lace.dictionary import fused_omp, split_product
 from lace.dictionary.sparse_coding import (
     CPU_BLOCK_ROWS,
     DEVICE_BLOCK_ROWS,
@@ -102,6 +111,39 @@ def timed(function, device: torch.device):
     return clock() - start, result
 
 
+@contextlib.contextmanager
+def split_product_setting(split: bool | None):
+    """LACE_SPLIT_PRODUCT as asked for while the block runs (lace reads it per call; None: as set), then as
+    it was."""
+    saved = os.environ.get("LACE_SPLIT_PRODUCT")
+    if split is not None:
+        os.environ["LACE_SPLIT_PRODUCT"] = "1" if split else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("LACE_SPLIT_PRODUCT", None)
+        else:
+            os.environ["LACE_SPLIT_PRODUCT"] = saved
+
+
+def split_support_gap(split: SparseCodes, float32: SparseCodes) -> dict:
+    """How codes from the split product differ from those of lace as run (the float32 product unless
+    LACE_SPLIT_PRODUCT=1): rows whose atoms
+    (as a set, and in order) differ, and the largest difference of the dense codes."""
+    same_order = (split.indices == float32.indices) | ((split.values == 0) & (float32.values == 0))
+    as_sets = torch.sort(torch.where(split.values != 0, split.indices, -1), dim=1).values
+    float32_sets = torch.sort(torch.where(float32.values != 0, float32.indices, -1), dim=1).values
+    dense_gap = 0.0
+    for start in range(0, split.indices.shape[0], 8192):
+        part = slice(start, start + 8192)
+        dense_gap = max(dense_gap, float((SparseCodes(split.indices[part], split.values[part], split.n_atoms).to_dense()
+                                          - SparseCodes(float32.indices[part], float32.values[part],
+                                                        float32.n_atoms).to_dense()).abs().max()))
+    return {"rows": int(split.indices.shape[0]), "rows_other_atoms": int((as_sets != float32_sets).any(1).sum()),
+            "rows_other_order": int((~same_order).any(1).sum()), "max_code_difference": dense_gap}
+
+
 def stage_profile(x: torch.Tensor, atoms: torch.Tensor, sparsity: int, nonnegative: bool,
                   chunk: int | None, kernel: str | None) -> dict[str, float]:
     """Seconds per stage of encoding `x` (CPU time of each labelled stage; 'other' is the rest)."""
@@ -129,52 +171,103 @@ def first_call_seconds(x: torch.Tensor, atoms: torch.Tensor, sparsity: int) -> t
     return seconds, "loaded from cache" if hits else "compiled"
 
 
-def mkl_verbose_line() -> str:
-    """oneMKL's description of itself (version, instruction set it dispatches to), from its verbose output
-    of one small product; empty when torch does not use MKL."""
-    if not torch.backends.mkl.is_available():
-        return ""
+def verbose_calls(phases: dict) -> dict[str, list[str]]:
+    """oneMKL's and oneDNN's verbose lines (they write to the C stdout) while each phase's function runs,
+    by phase name; the first phase also gets oneMKL's description of itself ("Product build")."""
     with tempfile.TemporaryFile() as captured:
         sys.stdout.flush()
         saved = os.dup(1)
-        os.dup2(captured.fileno(), 1)  # MKL writes to the C stdout
+        os.dup2(captured.fileno(), 1)
         try:
-            with torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):
-                torch.ones(8, 8) @ torch.ones(8, 8)
+            with (torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON),
+                  torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON)):
+                for name, function in phases.items():
+                    os.write(1, f"@phase {name}\n".encode())
+                    function()
+                    sys.stdout.flush()
         finally:
             sys.stdout.flush()
             os.dup2(saved, 1)
             os.close(saved)
         captured.seek(0)
         lines = captured.read().decode(errors="replace").splitlines()
-    return next((line.removeprefix("MKL_VERBOSE ").strip() for line in lines if "Product build" in line), "")
+    calls: dict[str, list[str]] = {}
+    phase = None
+    for line in lines:
+        if line.startswith("@phase "):
+            phase = line.removeprefix("@phase ")
+            calls[phase] = []
+        elif phase is not None and ("MKL_VERBOSE" in line or "onednn_verbose" in line):
+            calls[phase].append(line.strip())
+    return calls
 
 
-def kernels() -> dict:
-    """Which kernels this run used: torch's BLAS (product, floor, Gram), numpy's BLAS (scikit-learn's peer,
-    through threadpoolctl), numba's target CPU (the fused kernel) and the OpenBLAS overrides in force."""
-    mkl = mkl_verbose_line()
+def call_summary(lines: list[str]) -> list[str]:
+    """Distinct kernels of verbose lines: oneMKL function with its thread count ("SGEMM NThr:1"), or the oneDNN
+    primitive kind; in order of first call."""
+    kinds = []
+    for line in lines:
+        mkl = re.match(r"MKL_VERBOSE (\w+)\(.*NThr:(\d+)", line)
+        onednn = re.match(r"onednn_verbose,(?:[^,]*,){0,3}exec,cpu,(\w+),([^,]*)", line)
+        kind = (f"oneMKL {mkl.group(1)} NThr:{mkl.group(2)}" if mkl
+                else f"oneDNN {onednn.group(1)} {onednn.group(2)}" if onednn else None)
+        if kind and kind not in kinds:
+            kinds.append(kind)
+    return kinds
+
+
+def torch_config_line(prefix: str) -> str | None:
+    return next((line.strip(" -") for line in torch.__config__.show().splitlines()
+                 if line.strip(" -").startswith(prefix)), None)
+
+
+def kernels(floor_block, lace_block) -> dict:
+    """Which kernels this run used: the kernels oneMKL and oneDNN report for one block of the floor and of lace
+    (their verbose output: function, thread count), torch's oneMKL (version, instruction set, threading layer)
+    and oneDNN, every thread pool threadpoolctl finds (numpy's and scipy's BLAS, scikit-learn's peer only;
+    torch's OpenMP; torch's oneMKL is linked into torch and invisible to it), numba's target CPU (the fused
+    kernel) and the OpenBLAS overrides in force."""
+    calls = verbose_calls({"describe": lambda: torch.ones(8, 8) @ torch.ones(8, 8), "floor": floor_block,
+                           "lace": lace_block})
+    mkl = next((line.removeprefix("MKL_VERBOSE ").strip() for line in calls.get("describe", [])
+                if "Product build" in line), "")
     isa = re.search(r"Intel\(R\) 64 architecture (.*?), Lnx", mkl)
     version = re.search(r"oneMKL (.*?) Product build", mkl)
+    layer = re.search(r"GHz (\w+ \w+)$", mkl)
     return {
         "torch_blas": {"library": "oneMKL" if mkl else "not MKL", "version": version.group(1) if version else None,
                        "instructions": isa.group(1) if isa else None,
+                       "interface_threading": layer.group(1) if layer else None,
+                       "torch_mkl": torch_config_line("Intel(R) oneAPI Math Kernel Library"),
+                       "torch_onednn": torch_config_line("Intel(R) MKL-DNN"),
+                       "torch_threads": torch.get_num_threads(),
                        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()},
-        "numpy_blas": [{key: pool.get(key) for key in ("internal_api", "version", "architecture", "prefix")}
-                       for pool in threadpool_info() if pool["user_api"] == "blas"],
+        "floor_calls": call_summary(calls.get("floor", [])),
+        "lace_calls": call_summary(calls.get("lace", [])),
+        "lace_product": "split bfloat16 (3 products, AMX)" if split_product.enabled() else "float32",
+        "threadpools": [{key: pool.get(key) for key in ("user_api", "internal_api", "version", "threading_layer",
+                                                         "num_threads", "architecture", "prefix")}
+                        for pool in threadpool_info()],
         "numba_cpu": llvmlite.binding.get_host_cpu_name(),
-        "environment": {name: os.environ.get(name) for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+        "environment": {name: os.environ.get(name) for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                                                 "LACE_SPLIT_PRODUCT")},
     }
 
 
 def print_kernels(ran: dict) -> None:
     torch_blas = ran["torch_blas"]
-    print(f"kernels: product, floor and Gram in torch's {torch_blas['library']} {torch_blas['version'] or ''} "
-          f"({torch_blas['instructions'] or 'instruction set not reported'}; torch CPU capability "
-          f"{torch_blas['torch_cpu_capability']}); fused OMP compiled by numba for {ran['numba_cpu']}")
-    for pool in ran["numpy_blas"]:
-        print(f"         BLAS of numpy / scipy (scikit-learn's peer only): {pool['internal_api']} {pool['version']}, "
-              f"architecture {pool['architecture']}")
+    print(f"kernels: torch's {torch_blas['library']} {torch_blas['version'] or ''} "
+          f"({torch_blas['instructions'] or 'instruction set not reported'}; {torch_blas['interface_threading']}); "
+          f"torch CPU capability {torch_blas['torch_cpu_capability']}, {torch_blas['torch_threads']} thread(s); "
+          f"{torch_blas['torch_onednn']}")
+    print(f"         floor block: {', '.join(ran['floor_calls']) or 'no oneMKL / oneDNN call reported'}")
+    print(f"         lace block:  {', '.join(ran['lace_calls']) or 'no oneMKL / oneDNN call reported'} "
+          f"(product: {ran['lace_product']}); fused OMP compiled by numba for {ran['numba_cpu']}")
+    for pool in ran["threadpools"]:
+        print(f"         threadpoolctl: {pool['user_api']} {pool['internal_api']} {pool['version'] or ''}, "
+              f"threading {pool['threading_layer'] or '-'}, {pool['num_threads']} thread(s), "
+              f"architecture {pool['architecture'] or '-'} ({pool['prefix']}"
+              f"{', scikit-learn peer only' if pool['user_api'] == 'blas' else ''})")
     print("         " + ", ".join(f"{name}={value if value is not None else 'unset'}"
                                  for name, value in ran["environment"].items()))
 
@@ -208,25 +301,52 @@ def main() -> int:
                 x[start : start + rows] @ atoms.T
         return product
 
-    def lace(nonnegative: bool):
-        return lambda: encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+    def lace(nonnegative: bool, split: bool | None = None):  # split: None = as LACE_SPLIT_PRODUCT says
+        def run():
+            with split_product_setting(split):
+                return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
                               kernel=args.kernel)
+        return run
 
-    floors, plains, nonnegs = [], [], []
-    wall_floors, wall_plains, wall_nonnegs = [], [], []
-    for _ in range(args.repeats):
-        floors.append(min(timed(floor(4096), device)[0], timed(floor(block_rows), device)[0]))
-        wall_floors.append(min(WALL[-2:]))
-        plain_s, codes = timed(lace(False), device)
-        wall_plains.append(WALL[-1])
-        floors.append(timed(floor(4096), device)[0])
-        wall_floors.append(WALL[-1])
-        nonneg_s, nonneg_codes = timed(lace(True), device)
-        wall_nonnegs.append(WALL[-1])
-        plains.append(plain_s)
-        nonnegs.append(nonneg_s)
-    floor_s, lace_s, nonneg_s = min(floors), min(plains), min(nonnegs)
-    wall_floor_s, wall_lace_s, wall_nonneg_s = min(wall_floors), min(wall_plains), min(wall_nonnegs)
+    def own_product() -> None:  # the split product alone, as lace's fused kernel runs it, block by block
+        product = split_product.SplitProduct(atoms, block_rows)
+        out = torch.empty(block_rows, args.atoms)
+        for start in range(0, args.n, block_rows):
+            rows = x[start : start + block_rows]
+            product(rows, out[: rows.shape[0]])
+
+    split_ran = fused and atoms.dtype == torch.float32 and split_product.supported()
+    floor(4096)()  # warm-up, untimed: the floor, and lace on one block in each setting
+    for split in (None, True) if split_ran else (None,):
+        with split_product_setting(split):
+            for nonnegative in (False, True):
+                encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+                       kernel=args.kernel)
+    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_split",
+                                                          "split_product_alone")}
+    floor_before: dict[str, list[float]] = {name: [] for name in times}  # the floor timed just before each
+    walls: dict[str, list[float]] = {name: [] for name in times}
+    runs = [("plain", lace(False)), ("nonnegative", lace(True))]
+    runs += [("plain_split", lace(False, split=True)), ("split_product_alone", own_product)] if split_ran else []
+    results = {}
+    for _ in range(args.repeats):  # alternated, so that a busy machine slows them alike
+        times["floor"].append(timed(floor(4096), device)[0])  # the floor is the faster of 4096-row blocks
+        walls["floor"].append(WALL[-1])
+        for name, function in runs:  # and lace's own block size, which each run is paired with
+            floor_s = timed(floor(block_rows), device)[0]
+            times["floor"].append(floor_s)
+            walls["floor"].append(WALL[-1])
+            seconds, results[name] = timed(function, device)
+            times[name].append(seconds)
+            walls[name].append(WALL[-1])
+            floor_before[name].append(floor_s)
+    codes, nonneg_codes = results["plain"], results["nonnegative"]
+    floor_s, lace_s, nonneg_s = min(times["floor"]), min(times["plain"]), min(times["nonnegative"])
+    wall_floor_s, wall_lace_s, wall_nonneg_s = min(walls["floor"]), min(walls["plain"]), min(walls["nonnegative"])
+    # each run's time over the floor timed just before it, then the median over the repeats
+    median_ratio = {name: statistics.median(t / f for t, f in zip(times[name], floor_before[name]))
+                    for name in times if times[name] and name != "floor"}
+    split_gap = split_support_gap(results["plain_split"], codes) if split_ran else None
     load = os.getloadavg()
 
     subset = x[: args.peer_n].cpu()
@@ -251,19 +371,31 @@ def main() -> int:
                                       args.kernel)
                   for kind in ("plain", "nonnegative")}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    ran = kernels()
+    block = x[:block_rows]
+    ran = kernels(lambda: block @ atoms.T, lambda: encode(block, atoms, args.sparsity, kernel=args.kernel))
     lace_rate, peer_rate = args.n / lace_s, args.peer_n / peer_s
 
-    print(f"encode N={args.n} x d={args.dim}, K={args.atoms}, s={args.sparsity}, 1 thread, {device}; "
-          f"{'CPU' if device.type == 'cpu' else 'wall'} time, best of {args.repeats} alternated; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'coder':<34}{'rows/s':>12}{'rel. error':>12}{'time (s)':>10}{'x floor':>9}")
-    print(f"{'floor: one (N,d)x(d,K) product':<34}{args.n / floor_s:>12.0f}{'':>12}{floor_s:>10.2f}{1:>9.2f}")
-    print(f"{'lace OMP (signs free)':<34}{lace_rate:>12.0f}{lace_error:>12.5f}{lace_s:>10.2f}"
-          f"{lace_s / floor_s:>9.2f}")
-    print(f"{'lace non-negative OMP':<34}{args.n / nonneg_s:>12.0f}{nonneg_error:>12.5f}{nonneg_s:>10.2f}"
-          f"{nonneg_s / floor_s:>9.2f}")
-    print(f"{'scikit-learn OMP (n=' + str(args.peer_n) + ')':<34}{peer_rate:>12.0f}{peer_error:>12.5f}"
+    timing = "CPU" if device.type == "cpu" else "wall"
+    print(f"encode N={args.n} x d={args.dim}, K={args.atoms}, s={args.sparsity}, 1 thread, {device}; {timing} time, "
+          f"{args.repeats} repeats alternated; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("x floor: best time over the best floor; median: of each repeat over the floor (lace's block size) "
+          "timed just before it")
+    print(f"{'coder':<40}{'rows/s':>10}{'rel. error':>12}{'time (s)':>10}{'x floor':>9}{'median':>8}")
+    print(f"{'floor: one (N,d)x(d,K) float32 product':<40}{args.n / floor_s:>10.0f}{'':>12}{floor_s:>10.2f}{1:>9.2f}")
+    labels = {"plain": ("lace OMP (signs free)", lace_error), "nonnegative": ("lace non-negative OMP", nonneg_error),
+              "plain_split": ("lace OMP, split bf16 product (opt-in)", None),
+              "split_product_alone": ("the split bf16 product alone", None)}
+    for name, (label, error) in labels.items():
+        if times[name]:
+            best = min(times[name])
+            print(f"{label:<40}{args.n / best:>10.0f}{'' if error is None else f'{error:.5f}':>12}{best:>10.2f}"
+                  f"{best / floor_s:>9.2f}{median_ratio[name]:>8.2f}")
+    print(f"{'scikit-learn OMP (n=' + str(args.peer_n) + ')':<40}{peer_rate:>10.0f}{peer_error:>12.5f}"
           f"{peer_s:>10.2f}")
+    if split_gap:
+        print(f"split product against lace's own product, signs-free codes of all {split_gap['rows']} rows: "
+              f"{split_gap['rows_other_atoms']} rows with other atoms, {split_gap['rows_other_order']} with the "
+              f"same atoms in another order; largest code difference {split_gap['max_code_difference']:.2e}")
     print(f"largest code difference lace vs scikit-learn on the subset: {code_gap:.2e}")
     print_kernels(ran)
     if compile_s:
@@ -293,7 +425,13 @@ def main() -> int:
         "vs_peer_ratio": round(lace_rate / peer_rate, 1),
         "vs_floor_ratio": round(lace_s / floor_s, 2),
         "nonnegative_vs_floor_ratio": round(nonneg_s / floor_s, 2),
+        "median_vs_floor_ratio": {name: round(value, 2) for name, value in median_ratio.items()},
+        "split_product_vs_floor_ratio": round(min(times["plain_split"]) / floor_s, 2) if split_ran else None,
+        "split_product_alone_vs_floor_ratio": round(min(times["split_product_alone"]) / floor_s, 2)
+        if split_ran else None,
+        "split_product_codes": split_gap,
         "timing": "process CPU time, best of repeats" if device.type == "cpu" else "wall time, best of repeats",
+        "seconds": {name: [round(value, 3) for value in values] for name, values in times.items()},
         "wall_s": {"floor": round(wall_floor_s, 2), "lace": round(wall_lace_s, 2),
                    "lace_nonnegative": round(wall_nonneg_s, 2)},
         "wall_vs_floor_ratio": round(wall_lace_s / wall_floor_s, 2),

@@ -137,21 +137,8 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, non
                     weights, absolute, margin,
                 )
             best, chosen = _first_largest(original if live == 0 else residual, tile_keys, versions, live, absolute)
-            if best <= tiny:
+            if best <= tiny or not _grow_factor(factor, cross, gram, gram_diagonal, support, step, chosen, tiny):
                 break
-            diagonal = np.float64(gram_diagonal[chosen])
-            squared_distance = diagonal
-            for j in range(step):  # forward substitution L w = G[I, k]
-                total = np.float64(gram[support[j], chosen])
-                for i in range(j):
-                    total -= factor[j, i] * cross[i]
-                cross[j] = total / factor[j, j]
-                squared_distance -= cross[j] * cross[j]
-            if squared_distance <= DEPENDENT * diagonal:
-                break
-            for j in range(step):
-                factor[step, j] = cross[j]
-            factor[step, step] = np.sqrt(max(squared_distance, tiny))
             support[step] = chosen
             targets[step] = original[chosen]
             live = step + 1
@@ -165,6 +152,26 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, non
         if nonnegative and live:
             _refit_nonnegative(values[row], support, live, targets, gram, factor, scratch, coefficients, kept,
                                kept_targets)
+
+
+@_compiled
+def _grow_factor(factor, cross, gram, gram_diagonal, support, step, chosen, tiny):
+    """Add atom `chosen` as row `step` of the support's Cholesky factor; False (factor unchanged)
+    when it lies in the span of the support (squared distance at most DEPENDENT of its norm)."""
+    diagonal = np.float64(gram_diagonal[chosen])
+    squared_distance = diagonal
+    for j in range(step):  # forward substitution L w = G[I, k]
+        total = np.float64(gram[support[j], chosen])
+        for i in range(j):
+            total -= factor[j, i] * cross[i]
+        cross[j] = total / factor[j, j]
+        squared_distance -= cross[j] * cross[j]
+    if squared_distance <= DEPENDENT * diagonal:
+        return False
+    for j in range(step):
+        factor[step, j] = cross[j]
+    factor[step, step] = np.sqrt(max(squared_distance, tiny))
+    return True
 
 
 @intrinsic

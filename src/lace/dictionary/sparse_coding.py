@@ -2,7 +2,9 @@
 
 OMP has two kernels, chosen in `encode` (`_omp_kernel`):
 - on CPU (float32 / float64), `fused_omp`: the product per block of rows, then a compiled
-  loop that codes the block row by row with the row's correlations in cache;
+  loop that codes the block row by row with the row's correlations in cache. With
+  LACE_SPLIT_PRODUCT=1 on CPUs with AMX, the float32 product is `split_product`'s three bfloat16
+  products (error of float32's order; near-tied atoms may be chosen in another order);
 - elsewhere, or when asked for (`kernel="torch"`), `_batch_omp` below, which works on the
   whole block at once; its only Python loop is over the `s` atom-selection steps.
 Both select, stop and refit by the same rules and give the same supports.
@@ -40,7 +42,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from lace.dictionary import fused_omp
+from lace.dictionary import fused_omp, split_product
 
 METHODS = ("omp", "topk")
 KERNELS = ("fused", "torch")  # OMP kernels: compiled row by row on CPU, or batched torch operations
@@ -162,9 +164,8 @@ def _fused_omp(
     x: Tensor, atoms: Tensor, gram: Tensor, sparsity: int, nonnegative: bool, buffers: _OmpBuffers
 ) -> tuple[Tensor, Tensor]:
     """OMP on one block of rows with the compiled row-by-row kernel. Returns indices (n, s) and values (n, s)."""
-    correlations = buffers.correlations[: x.shape[0]]  # (n, K)
     with record_function("omp/product"):
-        torch.mm(x, atoms.T, out=correlations)  # X D^T: the one product
+        correlations = buffers.product(x, atoms)  # (n, K) X D^T: the one product
     with record_function("omp/fused_rows"):
         gram_rows, gram_diagonal, gram_tile_maxima = buffers.gram_tables(gram)
         indices, values = fused_omp.omp_rows(
@@ -280,11 +281,22 @@ def _largest(correlations: Tensor, absolute: bool) -> tuple[Tensor, Tensor]:
 class _OmpBuffers:
     """The (n, K) residual correlations of one block of rows, allocated once and reused by
     every block (a fresh large tensor per block costs page faults), and the fused kernel's
-    tables of the Gram matrix, made once."""
+    tables of the Gram matrix and split atoms, made once."""
 
     def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device):
         self.correlations = torch.empty(rows, n_atoms, dtype=dtype, device=device)
         self._gram_tables = None
+        self._split_product = None
+
+    def product(self, x: Tensor, atoms: Tensor) -> Tensor:
+        """(n, K) X D^T for the fused kernel, in the buffer: the product in the atoms' dtype, or for float32
+        where asked for (LACE_SPLIT_PRODUCT=1, AMX) `split_product`'s three bfloat16 products."""
+        correlations = self.correlations[: x.shape[0]]
+        if atoms.dtype != torch.float32 or not split_product.enabled():
+            return torch.mm(x, atoms.T, out=correlations)
+        if self._split_product is None:
+            self._split_product = split_product.SplitProduct(atoms, self.correlations.shape[0])
+        return self._split_product(x, correlations)
 
     def gram_tables(self, gram: Tensor):
         """`gram` as a (K, K) numpy array with contiguous rows, its diagonal (K,) and its (K, K / TILE) tile
