@@ -32,8 +32,9 @@ from lace.local.recolour import halo
 from lace.local.symmetric import fit_shade_regression, real_stand_ins, symmetric_negatives
 from lace.local.towers import ImageTowerSplit
 from lace.row_random import RowGenerators
-from lace.train import TrainConfig, train, train_config
+from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
+from lace.train.config import train_config
 from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
