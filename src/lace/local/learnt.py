@@ -109,9 +109,14 @@ class LearntRecolour:
     def fit(self, clip: torch.nn.Module, layer: str, raw_pixels: Tensor, normalise, reader: PositionConceptReader,
             prototypes: Tensor, locate_layer: str | None = None, batch_size: int = 500) -> LearntRecolour:
         """raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1]."""
-        n_concepts = self.n_concepts_ = len(prototypes)
         examples = recolour_examples(clip, layer, raw_pixels, normalise, reader, prototypes, locate_layer,
                                      self.window, self.min_coverage, batch_size)
+        return self.fit_examples(examples, len(prototypes))
+
+    def fit_examples(self, examples, n_concepts: int) -> LearntRecolour:
+        """Fit on `recolour_examples`' (source, target, neighbourhoods (n, D), change (n, C)) of G concepts: the
+        ridge on all of them, the network on `rows_per_pair` positions of each pair drawn with the seed."""
+        self.n_concepts_ = n_concepts
         sampler = torch.Generator().manual_seed(self.seed)
         pool: list[tuple[Tensor, Tensor, Tensor]] = []
 
