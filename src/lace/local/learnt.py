@@ -135,7 +135,17 @@ class LearntRecolour:
         return self
 
     def _train(self, stacked: Tensor, pair: Tensor, inputs: Tensor, change: Tensor) -> RecolourNetwork:
-        """The network fitted on the sampled rows: pair (K,), inputs (K, D), change (K, C)."""
+        """The network fitted on the sampled rows: pair (K,), inputs (K, D), change (K, C). Runs on one thread:
+        its matrices are small, so more threads only wait on each other (on a busy machine, minutes instead of
+        seconds), and the fit is then the same whatever the run's thread count."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._train_one_thread(stacked, pair, inputs, change)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _train_one_thread(self, stacked: Tensor, pair: Tensor, inputs: Tensor, change: Tensor) -> RecolourNetwork:
         config, n_concepts = self.config, self.n_concepts_
         centre = inputs[:, (self.window ** 2 // 2) * change.shape[1]:][:, :change.shape[1]]  # (K, C)
         real = centre + change
