@@ -23,6 +23,7 @@ from lace.experiment.pooled_fidelity import (
     embedding_random_step,
     paired_caption_edit,
 )
+from lace.local.config import LearntOperatorConfig
 from tests.conftest import tiny_world
 
 
@@ -35,11 +36,19 @@ def world(tmp_path_factory):
 def test_fidelity_reports_each_layer_with_its_random_control(world):
     torch.manual_seed(0)
     encoder = load_encoder("lace-micro-rn-32").eval()
-    config = FidelityConfig(world=str(world), layers=("layer1",), methods=("recolour_regression",),
-                            text_layers=("block0",), n_items=10, n_train=60, renderer_masks=True)
+    config = FidelityConfig(world=str(world), layers=("layer1",), methods=("recolour_regression", "learnt_recolour"),
+                            text_layers=("block0",), n_items=10, n_train=60, n_probe=12, renderer_masks=True,
+                            learnt=LearntOperatorConfig(hidden=8, steps=5, rows_per_pair=16, batch_size=32))
     results = measure_fidelity(encoder, config, log=lambda *_: None)
     json.dumps(results)  # written as fidelity.json
-    for placement in ("recolour_regression", "recolour_regression (renderer masks)"):
+    assert 0 <= results["rendered_probe_auc"] <= 1
+    for method in ("recolour_regression", "learnt_recolour"):  # every operator beside its random control and probe
+        swap = results["image"]["layer1"]["methods"][method]["swap"]
+        assert 0 <= swap["probe_auc"] <= 1 and -1 <= swap["random_control"]["direction_agreement"] <= 1
+    assert "probe_auc" not in results["image"]["layer1"]["methods"]["recolour_regression (renderer masks)"]["swap"]
+    fit = results["image"]["layer1"]["operator_fit"]["learnt_recolour"]
+    assert fit["ridge_reconstruction"] >= 0 and fit["learnt_reconstruction"] >= 0
+    for placement in ("recolour_regression", "recolour_regression (renderer masks)", "learnt_recolour"):
         for kind in ("swap", "transplant"):
             measured = results["image"]["layer1"]["methods"][placement][kind]
             assert measured["n"] == 10 and 0 < measured["valid_share"] <= 1
@@ -50,6 +59,7 @@ def test_fidelity_reports_each_layer_with_its_random_control(world):
     assert 0 < caption_swap["valid_share"] <= 1 and -1 <= caption_swap["direction_agreement"] <= 1
     text = fidelity_markdown(results)
     assert "| layer1 |" in text and "recolour_regression" in text and "| block0 |" in text
+    assert "| layer1 | learnt_recolour |" in text and "probe AUC" in text
 
 
 def test_lace_fidelity_passes_its_flags_and_refuses_to_clobber(world, tmp_path, monkeypatch):
@@ -61,9 +71,11 @@ def test_lace_fidelity_passes_its_flags_and_refuses_to_clobber(world, tmp_path, 
     monkeypatch.setattr(fidelity, "fidelity_markdown", lambda results: "table\n")
     out = tmp_path / "fidelity"
     flags = ["fidelity", "--world", str(world), "--out", str(out), "--layers", "stem,layer2", "--n-items", "7",
-             "--pooled", "lace", "--dictionary", "dict", "--renderer-masks", "--seed", "3"]
+             "--pooled", "lace", "--dictionary", "dict", "--renderer-masks", "--seed", "3", "--learnt-hidden", "8",
+             "--learnt-adversarial-weight", "0.5", "--n-probe", "9"]
     assert main(flags) == 0
     (config,) = seen
+    assert (config.learnt.hidden, config.learnt.adversarial_weight, config.n_probe) == (8, 0.5, 9)
     assert (config.world, config.layers, config.n_items, config.pooled, config.dictionary) == (
         str(world), ("stem", "layer2"), 7, ("lace",), "dict")
     assert config.renderer_masks and config.seed == 3

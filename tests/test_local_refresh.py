@@ -19,6 +19,7 @@ from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.experiment.variants import variant_config
 from lace.local import LocalEditConfig, build_local_editor
+from lace.local.config import LearntOperatorConfig
 from lace.local.editor import fit_local_editor
 from lace.local.state import editor_from_state, editor_state
 from lace.local.transport import GaussianTransport
@@ -132,7 +133,7 @@ def test_fidelity_is_logged_at_its_steps_and_leaves_training_alone(whole, world,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("operator", ["recolour", "transport"])
+@pytest.mark.parametrize("operator", ["recolour", "learnt", "transport"])
 def test_an_editor_saved_as_plain_tensors_makes_the_same_edits(world, operator):
     torch.manual_seed(0)
     encoder = load_encoder("lace-micro-32")
@@ -140,8 +141,9 @@ def test_an_editor_saved_as_plain_tensors_makes_the_same_edits(world, operator):
     pixels = torch.stack([encoder.preprocess(data.load_image(i)) for i in range(24)])
     captions = [list(record.captions) for record in data.records[:24]]
     vocabulary = load_vocabulary(world / "vocabulary.yaml")
-    if operator == "recolour":  # the training default
-        editor = build_local_editor(LOCAL, encoder.model, pixels, captions, encoder.preprocess.transforms[-1],
+    if operator in ("recolour", "learnt"):  # the training default, and the learnt operator
+        local = replace(LOCAL, operator=operator, learnt=LearntOperatorConfig(hidden=8, steps=5, batch_size=32))
+        editor = build_local_editor(local, encoder.model, pixels, captions, encoder.preprocess.transforms[-1],
                                     vocabulary)
     else:  # Gaussian transport with covariances, few enough positions needed for 24 tiny images
         editor = fit_local_editor(encoder.model, pixels, captions, vocabulary, LOCAL.layer,

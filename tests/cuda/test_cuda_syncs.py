@@ -20,7 +20,8 @@ from tests.cuda.syncs import HostReads, step_syncs
 KNOWN_READS = {
     "LACE": {"dictionary/streaming.py:check_finite",  # the dictionary's input check, every encode
              "dictionary/sparse_coding.py:_refit_nonnegative"},  # stops early when no coefficient is negative
-    "LACE-local": {"local/recolour.py:move",  # gathers the moved positions: sizes read back
+    "LACE-local": {"local/recolour.py:move_near_object",  # gathers the moved positions: sizes read back
+                   "local/recolour.py:ridge_change",  # each concept pair's rows: their counts read back
                    "local/editor.py:slot_changes"},  # what each slot changed, as names, every step
 }
 KNOWN_READS["pairs layout"] = KNOWN_READS["LACE-local"] | {

@@ -6,7 +6,9 @@ captions. An image-side edit of the image's features at L is compared with the r
 - direction agreement `cos(u_edit - u, u_rendered - u)`;
 - `cos(u_edit, u_rendered)` against `cos(u, u_rendered)`;
 - whether the edited image now prefers the edited caption (`u_edit . v_neg > u_edit . v_pos`);
-each beside the same-size random step at the same positions. Binding swaps are measured on the
+each beside the same-size random step at the same positions; and the AUC of a linear probe telling the binding swaps
+from real images on the model measured (`lace.experiment.fidelity_probe`), beside the same probe on the rendered
+swaps. Binding swaps are measured on the
 `swap_attribute` items, transplants on `replace_attribute` items (the renderer's one-object recolour).
 Objects are found from the features (the reader); the renderer's masks only measure that (IoU).
 Caption-side swaps are measured against the encoded negative caption. With `pooled`, the pooled-embedding
@@ -17,6 +19,7 @@ measured on the same items (`lace.experiment.pooled_fidelity`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +34,20 @@ from lace.data.world.config import PALETTE
 from lace.data.world.folder import read_scenes, read_world_config
 from lace.data.world.render import object_coverage
 from lace.errors import input_error
+from lace.experiment.fidelity_probe import (
+    ProbeImages,
+    edit_probe_auc,
+    probe_images,
+    rendered_probe_auc,
+)
 from lace.experiment.pooled_fidelity import DICTIONARY_METHODS, check_pooled, measure_pooled
 from lace.local.codes import LocalConceptCodes
+from lace.local.config import LearntOperatorConfig
 from lace.local.editor import fit_local_editor
 from lace.local.edits import binding_swap, transplant
 from lace.local.fidelity import benchmark_items, edit_figures, family_data, item_pixels
 from lace.local.fidelity_scores import mean_or_none
+from lace.local.learnt import LearntRecolour
 from lace.local.objects import FoundObjects, mask_iou
 from lace.local.recolour import RecolourRegression
 from lace.local.text import caption_swap_negatives, single_token_ids
@@ -49,10 +60,14 @@ METHODS = {
     "cell_transport": {"n_buckets": 5, "window": 1},
     "window_transport": {"n_buckets": 5, "window": 3},
     "recolour_regression": {"window": 3},
+    "learnt_recolour": {"window": 3},
 }
 """Edit operators compared: the naive mean difference of the two concepts' features, the same per
-coverage bucket, Gaussian optimal transport per bucket on a position or its 3x3 neighbourhood, and
-the recolouring regression learnt from grey-preserving colour maps of training images."""
+coverage bucket, Gaussian optimal transport per bucket on a position or its 3x3 neighbourhood,
+the recolouring regression learnt from grey-preserving colour maps of training images, and the learnt
+operator on the same self-supervision (`lace.local.learnt`: the ridge's change plus a network trained also
+against a real-vs-edited discriminator; knobs in `FidelityConfig.learnt`)."""
+RECOLOUR_METHODS = ("recolour_regression", "learnt_recolour")
 
 
 @dataclass
@@ -85,6 +100,11 @@ class FidelityConfig:
     concept_arithmetic (`lace.experiment.pooled_fidelity.POOLED_METHODS`)."""
     dictionary: str | None = None
     """Labelled concept dictionary folder of the same base (`lace dict fit`), for lace and concept_arithmetic."""
+    learnt: LearntOperatorConfig = field(default_factory=LearntOperatorConfig)
+    """Knobs of the learnt_recolour method (as `lace train --local-learnt-*`)."""
+    n_probe: int = 1000
+    """Training images after the first n_train (no operator saw them) the provenance probe is fitted on (0: no
+    probe)."""
     seed: int = 0
     """Seed of the items drawn, the fitted reader and the random controls."""
     batch_size: int = 200
@@ -128,15 +148,19 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
                 for family in ("swap_attribute", "replace_attribute")}
     names = vocabulary.groups()[config.group]
     results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers),
-                          "pooled": list(config.pooled)},
+                          "pooled": list(config.pooled), "learnt": dict(vars(config.learnt))},
                "n_train": n_train, "image": {}, "text": {}}
     with torch.no_grad():
         data = {family: family_data(encoder, item_pixels(encoder, world, chosen), chosen)
                 for family, chosen in families.items()}
+        probe = probe_images(encoder, world, train, n_train, config.n_probe) if config.n_probe else None
+        results["rendered_probe_auc"] = (rendered_probe_auc(encoder, probe, data["swap_attribute"])
+                                         if probe is not None else None)
+        log(f"[probe] rendered swaps: AUC {results['rendered_probe_auc']}")
         for layer in config.layers:
             results["image"][layer] = _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary,
                                                      names, families, data, scenes, world_config, log, train_scenes,
-                                                     (raw_pixels, normalise, prototypes))
+                                                     (raw_pixels, normalise, prototypes), probe)
         concept_ids = single_token_ids(encoder.tokenize, names)
         chosen = families["swap_attribute"]
         tokens = encoder.tokenize([item["caption"] for item in chosen])
@@ -166,35 +190,22 @@ def _renderer_objects(scene_list, grid, world_config, names) -> FoundObjects:
 
 
 def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary, names, families, data, scenes,
-                   world_config, log, train_scenes, recolour_inputs) -> dict:
+                   world_config, log, train_scenes, recolour_inputs, probe: ProbeImages | None = None) -> dict:
     split = ImageTowerSplit(clip, layer)
-    out = {"methods": {}}
-    editor = None
+    out = {"methods": {}, "operator_fit": {}}
     variants = [(method, False) for method in config.methods]
     if config.renderer_masks:
         variants += [(method, True) for method in config.methods]
-    recolour = None
+    operators = _Operators(clip, config, layer, train_pixels, train_captions, vocabulary, recolour_inputs)
     for method, masks in variants:
-        if method == "recolour_regression":
-            if editor is None:
-                editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
-                                          seed=config.seed, locate_layer=config.locate_layer)
-            if recolour is None:
-                raw_pixels, normalise, prototypes = recolour_inputs
-                recolour = RecolourRegression(**METHODS[method]).fit(
-                    clip, layer, raw_pixels, normalise, editor.reader, prototypes, editor.locate_layer)
-            transport = recolour
-        elif not masks:
-            editor = fit_local_editor(clip, train_pixels, train_captions, vocabulary, layer, config.group,
-                                      transport=GaussianTransport(**METHODS[method]),
-                                      reader=editor.reader if editor is not None else None, seed=config.seed,
-                                      locate_layer=config.locate_layer, fit_reader=editor is None)
-            transport = editor.transport
-        else:
+        if masks and method not in RECOLOUR_METHODS:  # a recolouring operator is fitted as usual, placed by the masks
             train_features, grid = region_features(clip, train_pixels, layer)
             oracle = _renderer_objects(train_scenes, grid, world_config, names)
             transport = GaussianTransport(**METHODS[method]).fit(train_features, grid, oracle.concept,
                                                                  oracle.coverage, len(names))
+        else:
+            transport = operators.get(method)
+        editor = operators.editor
         generator = torch.Generator().manual_seed(config.seed)
         figures = {}
         for kind, family in (("swap", "swap_attribute"), ("transplant", "replace_attribute")):
@@ -208,18 +219,19 @@ def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary
             if kind == "swap":
                 step, valid = binding_swap(transport, features, split.grid, objects)
             else:
-                chosen = families[family]
-                source = torch.tensor([names.index(item["edit"]["from"]) for item in chosen])
-                target = torch.tensor([names.index(item["edit"]["to"]) for item in chosen])
-                hit = (objects.concept == source[:, None]) & objects.valid
-                which = hit.float().argmax(dim=1)
-                step, valid = transplant(transport, features, split.grid, objects, which, target)
-                valid = valid & hit.any(dim=1)
+                step, valid = _replace_item_transplant(transport, features, split.grid, objects, families[family],
+                                                       names)
             figures[kind] = edit_figures(split, features, step, valid, d, generator)
+            if kind == "swap" and probe is not None and not masks:
+                figures[kind]["probe_auc"] = edit_probe_auc(split, transport, partial(_locate, editor, clip, split.grid),
+                                                            probe, d["u"], split.upper(features + step), valid)
         name = f"{method} (renderer masks)" if masks else method
         out["methods"][name] = figures
         log(f"[image {layer} {name}] swap {figures['swap']['edit']} control "
-            f"{figures['swap']['random_control']['direction_agreement']}; transplant {figures['transplant']['edit']}")
+            f"{figures['swap']['random_control']['direction_agreement']} probe {figures['swap'].get('probe_auc')}; "
+            f"transplant {figures['transplant']['edit']}")
+    editor = operators.editor
+    out["operator_fit"] = operators.fit_figures
     out["localisation"] = _localisation(clip, editor, split, data["swap_attribute"]["x"], families["swap_attribute"],
                                         scenes, world_config, names)
     out["reader_mention_loss"] = editor.reader.mention_loss_
@@ -228,6 +240,62 @@ def _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary
                                   editor.reader)
     log(f"[image {layer}] localisation {out['localisation']} codes {out['codes']['fvu']:.3f} fvu")
     return out
+
+
+def _locate(editor, clip, grid, pixels, features) -> FoundObjects:
+    return editor.locate(clip, pixels, features, grid)
+
+
+def _replace_item_transplant(transport, features, grid, objects: FoundObjects, chosen: list[dict], names):
+    """The transplant each replace_attribute item names (its object of colour `from` becomes `to`): step (N, P, C)
+    and valid (N,)."""
+    source = torch.tensor([names.index(item["edit"]["from"]) for item in chosen])
+    target = torch.tensor([names.index(item["edit"]["to"]) for item in chosen])
+    hit = (objects.concept == source[:, None]) & objects.valid
+    which = hit.float().argmax(dim=1)
+    step, valid = transplant(transport, features, grid, objects, which, target)
+    return step, valid & hit.any(dim=1)
+
+
+class _Operators:
+    """The operators of one layer, fitted on first use: the reader once (`editor`), the ridge regression once (the
+    learnt operator's own ridge when it is fitted first), each transport method with the reader."""
+
+    def __init__(self, clip, config, layer, train_pixels, train_captions, vocabulary, recolour_inputs):
+        self.clip, self.config, self.layer = clip, config, layer
+        self.train_pixels, self.train_captions, self.vocabulary = train_pixels, train_captions, vocabulary
+        self.recolour_inputs = recolour_inputs
+        self.editor = None
+        self.fitted: dict[str, object] = {}
+        self.fit_figures: dict[str, dict] = {}
+
+    def _reader_editor(self, transport=None):
+        config = self.config
+        editor = fit_local_editor(self.clip, self.train_pixels, self.train_captions, self.vocabulary, self.layer,
+                                  config.group, transport=transport,
+                                  reader=self.editor.reader if self.editor is not None else None, seed=config.seed,
+                                  locate_layer=config.locate_layer, fit_reader=self.editor is None)
+        self.editor = self.editor or editor
+        return editor
+
+    def get(self, method: str):
+        """The fitted operator of `method` (a key of METHODS)."""
+        if method in self.fitted:
+            return self.fitted[method]
+        if method not in RECOLOUR_METHODS:
+            self.fitted[method] = self._reader_editor(GaussianTransport(**METHODS[method])).transport
+            return self.fitted[method]
+        if self.editor is None:
+            self._reader_editor()
+        raw_pixels, normalise, prototypes = self.recolour_inputs
+        fit = (self.clip, self.layer, raw_pixels, normalise, self.editor.reader, prototypes, self.editor.locate_layer)
+        if method == "learnt_recolour":
+            learnt = LearntRecolour(self.config.learnt, seed=self.config.seed, **METHODS[method]).fit(*fit)
+            self.fitted[method], self.fit_figures[method] = learnt, learnt.fit_figures_
+            self.fitted.setdefault("recolour_regression", learnt.ridge_)
+        else:
+            self.fitted[method] = RecolourRegression(**METHODS[method]).fit(*fit)
+        return self.fitted[method]
 
 
 def _localisation(clip, editor, split, pixels, items, scenes, world_config, names) -> dict:
@@ -310,6 +378,30 @@ def _pooled_markdown(pooled: dict) -> list[str]:
     return lines
 
 
+def _probe_markdown(results: dict) -> list[str]:
+    """Each operator's binding swaps: direction fidelity, its random control and the provenance probe's AUC, beside
+    the probe on the rendered swaps; and the learnt operator's fit."""
+    f = _number
+    lines = ["", (f"Binding swaps, fidelity and provenance: probe AUC real vs edited on this model (fitted on "
+                  f"{results['config'].get('n_probe', 0)} training images no operator saw, scored on the items; "
+                  f"the same probe on the rendered swaps: {f(results.get('rendered_probe_auc'))}):"), "",
+             "| layer | method | swap direction | control | probe AUC | rendered probe AUC |", "|---|---|---|---|---|---|"]
+    for layer, layer_results in results["image"].items():
+        for method, figures in layer_results["methods"].items():
+            swap = figures["swap"]
+            lines.append(f"| {layer} | {method} | {f(swap['edit']['direction_agreement'])} | "
+                         f"{f(swap['random_control']['direction_agreement'])} | {f(swap.get('probe_auc'))} | "
+                         f"{f(results.get('rendered_probe_auc'))} |")
+    fits = [(layer, method, figures) for layer, layer_results in results["image"].items()
+            for method, figures in layer_results.get("operator_fit", {}).items()]
+    if fits:
+        lines += ["", "Learnt operator's fit (relative squared error of the change on its sampled training positions):",
+                  "", "| layer | method | ridge | learnt | discriminator loss |", "|---|---|---|---|---|"]
+        lines += [f"| {layer} | {method} | {f(fit['ridge_reconstruction'])} | {f(fit['learnt_reconstruction'])} | "
+                  f"{f(fit['critic_loss'])} |" for layer, method, fit in fits]
+    return lines
+
+
 def fidelity_markdown(results: dict) -> str:
     """The fidelity tables as markdown."""
     f = _number
@@ -325,6 +417,7 @@ def fidelity_markdown(results: dict) -> str:
         for method, figures in layer_results["methods"].items():
             for kind, row in figures.items():
                 lines.append(f"| {layer} | {method} | {kind} | {_figure_cells(row)}")
+    lines += _probe_markdown(results)
     lines += ["", "Localisation from features (renderer masks only measure) and local codes:", "",
               ("| layer | grid | both objects' concepts right | mask IoU | reader loss | codes FVU | atoms labelled | "
                "mean alignment (labelled) | mean alignment (random labels) |"), "|---|---|---|---|---|---|---|---|---|"]

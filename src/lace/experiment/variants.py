@@ -47,6 +47,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LACE-local pairs + real-image negative + caption negatives": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "caption_negatives": True},
+    # the same with the learnt operator (lace.local.learnt): the ridge's change plus a network trained also
+    # against a real-vs-edited discriminator at the layer
+    "LACE-local pairs + real-image negative, learnt operator": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "local": {"operator": "learnt"}},
     # the same, image side only: the edits' rows train the image tower, the captions enter them as constants
     "LACE-local image-side pairs": {"local_image_negatives": True, "edited_image_rows": True,
                                      "edited_rows_real_image_negative": True, "edited_rows_train_text": False},

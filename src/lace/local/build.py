@@ -15,6 +15,7 @@ from lace.data.world.config import PALETTE
 from lace.errors import input_error
 from lace.local.config import LocalEditConfig
 from lace.local.editor import LocalImageEditor, fit_local_editor, fit_recolour_editor
+from lace.local.learnt import LearntRecolour
 from lace.local.transport import GaussianTransport
 
 
@@ -40,13 +41,14 @@ def build_local_editor(config: LocalEditConfig, clip: torch.nn.Module, pixels: T
     was_training = clip.training
     clip.eval()
     try:
-        if config.operator == "recolour":
+        if config.operator in ("recolour", "learnt"):
             prototypes = recolour_prototypes(vocabulary, config.group)
             std, mean = (torch.tensor(values, device=pixels.device).view(1, 3, 1, 1)
                          for values in (normalise.std, normalise.mean))
             raw = pixels * std + mean
+            operator = LearntRecolour(config.learnt, seed=seed) if config.operator == "learnt" else None
             return fit_recolour_editor(clip, raw, normalise, captions, vocabulary, config.layer, prototypes,
-                                       config.group, locate_layer=config.locate_layer, seed=seed)
+                                       config.group, locate_layer=config.locate_layer, recolour=operator, seed=seed)
         return fit_local_editor(clip, pixels, captions, vocabulary, config.layer, config.group,
                                 transport=GaussianTransport(n_buckets=1, window=1, covariance=False),
                                 seed=seed, locate_layer=config.locate_layer)

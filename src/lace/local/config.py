@@ -6,12 +6,42 @@ Nested in `TrainConfig` as `local` (`--local-<knob>` on `lace train`, a `local:`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lace.errors import input_error
 
-LOCAL_OPERATORS = ("recolour", "mean_shift")
+LOCAL_OPERATORS = ("recolour", "learnt", "mean_shift")
 SYMMETRIC_KINDS = ("none", "round_trip", "nuisance", "no_op")
+
+
+@dataclass(frozen=True)
+class LearntOperatorConfig:
+    """The learnt recolouring operator (`lace.local.learnt.LearntRecolour`): a per-position network on the ridge
+    regression's self-supervision, trained to reconstruct the tower's own change and to fool a real-vs-edited
+    discriminator on the maps at the layer."""
+
+    hidden: int = 64
+    """Width of the operator's hidden layers (and of its discriminator's)."""
+    steps: int = 300
+    """Optimiser steps of the operator's fit (one mini-batch of positions each)."""
+    adversarial_weight: float = 0.1
+    """Weight of the adversarial term (fool the discriminator) beside the reconstruction loss (0: none)."""
+    lr: float = 1e-3
+    """Adam learning rate of the operator and of its discriminator."""
+    rows_per_pair: int = 512
+    """Positions per ordered concept pair kept for the fit (drawn once, seeded)."""
+    batch_size: int = 512
+    """Positions per optimiser step."""
+
+    def validate(self, where: str = "local edit config") -> LearntOperatorConfig:
+        """Raise `LaceInputError` naming the field on an impossible setting; return self."""
+        for name in ("hidden", "steps", "rows_per_pair", "batch_size"):
+            if getattr(self, name) < 1:
+                raise input_error(where, f"learnt.{name}", "a positive integer", getattr(self, name))
+        if self.adversarial_weight < 0 or not self.lr > 0:
+            name = "adversarial_weight" if self.adversarial_weight < 0 else "lr"
+            raise input_error(where, f"learnt.{name}", "a non-negative weight and a positive lr", getattr(self, name))
+        return self
 
 
 @dataclass(frozen=True)
@@ -27,8 +57,12 @@ class LocalEditConfig:
     n_edits: int = 2
     """Local image negatives per image: a binding swap, then transplants."""
     operator: str = "recolour"
-    """How local edits move positions: recolour (regression learnt from recoloured training images; needs
-    colour names the shapes world's palette knows) or mean_shift (mean feature difference of two concepts)."""
+    """How local edits move positions: recolour (ridge regression learnt from recoloured training images; needs
+    colour names the shapes world's palette knows), learnt (a small network on the same self-supervision, also
+    trained against a real-vs-edited discriminator; knobs in `learnt`) or mean_shift (mean feature difference of
+    two concepts)."""
+    learnt: LearntOperatorConfig = field(default_factory=LearntOperatorConfig)
+    """Knobs of the learnt operator (operator learnt only)."""
     fit_images: int = 2000
     """Training images the local editor's reader and operator are fitted on."""
     group: str = "colour"
@@ -62,4 +96,5 @@ class LocalEditConfig:
         if self.symmetric == "nuisance" and (self.operator != "recolour" or self.refresh_every):
             raise input_error(where, "symmetric", "nuisance only with operator recolour and refresh_every 0 (the "
                               "shade regression is a recolouring, fitted once)", self.symmetric)
+        self.learnt.validate(where)
         return self

@@ -23,6 +23,7 @@ from lace.concepts.directions import mention_matrix
 from lace.concepts.image_mentions import flat_captions, image_mentions
 from lace.concepts.vocabulary import Vocabulary
 from lace.local.edits import binding_swap, effect_check, random_control, transplant
+from lace.local.learnt import LearntRecolour
 from lace.local.objects import FoundObjects, find_objects, resize_objects
 from lace.local.reader import PositionConceptReader
 from lace.local.recolour import RecolourRegression
@@ -189,10 +190,11 @@ def group_mentions(vocabulary: Vocabulary, group: str, captions_per_image: list[
 
 def fit_recolour_editor(clip: torch.nn.Module, raw_pixels: Tensor, normalise, captions_per_image: list[list[str]],
                         vocabulary: Vocabulary, layer: str, prototypes: Tensor, group: str = "colour",
-                        locate_layer: str | None = "layer1", recolour: RecolourRegression | None = None,
+                        locate_layer: str | None = "layer1", recolour: RecolourRegression | LearntRecolour | None = None,
                         seed: int = 0) -> LocalImageEditor:
     """The editor with the most faithful operator measured: the reader (at `locate_layer`) finds objects and
-    the recolouring regression learnt from grey-preserving colour maps moves them at `layer`.
+    the recolouring regression learnt from grey-preserving colour maps moves them at `layer` (or `recolour`, an
+    unfitted `RecolourRegression` or `lace.local.learnt.LearntRecolour`, fitted here on the same images).
 
     raw_pixels (N, 3, H, W) in [0, 1] training images; normalise: raw pixels -> model input;
     prototypes (G, 3) RGB in [0, 1] of the group's concepts.

@@ -61,41 +61,25 @@ class RecolourRegression:
     def fit(self, clip: torch.nn.Module, layer: str, raw_pixels: Tensor, normalise, reader: PositionConceptReader,
             prototypes: Tensor, locate_layer: str | None = None, batch_size: int = 500) -> RecolourRegression:
         """raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1]."""
-        split = ImageTowerSplit(clip, layer)
+        examples = recolour_examples(clip, layer, raw_pixels, normalise, reader, prototypes, locate_layer,
+                                     self.window, self.min_coverage, batch_size)
+        return self.fit_examples(examples, len(prototypes))
 
-        def features_of(raw: Tensor) -> Tensor:
-            with torch.no_grad():
-                return torch.cat([split.regions(split.lower(normalise(raw[i : i + batch_size])))
-                                  for i in range(0, len(raw), batch_size)])
-
-        original = features_of(raw_pixels)
-        grid = split.grid
-        locate = locate_layer or layer
-        located, located_grid = (original, grid) if locate == layer else region_features(
-            clip, normalise(raw_pixels), locate, batch_size)
-        objects = resize_objects(find_objects(reader, located), located_grid, grid)
-        described = neighbourhoods(original, grid, self.window)
+    def fit_examples(self, examples, n_concepts: int) -> RecolourRegression:
+        """Fit on `recolour_examples`' (source, target, neighbourhoods (n, D), change (n, C)) of G concepts."""
         self.weights_, self.counts_ = {}, {}
         self._stacked_weights = None
-        n_concepts = self.n_concepts_ = len(prototypes)
-        for source in range(n_concepts):
-            has = (objects.concept == source) & objects.valid  # (N, n)
-            rows = has.any(dim=1).nonzero().squeeze(1)
-            if len(rows) == 0:
-                continue
-            which = has[rows].float().argmax(dim=1)
-            near = halo(objects.coverage[rows, which], grid) > self.min_coverage  # (n, P)
-            inputs = torch.cat([described[rows][near], described.new_ones(int(near.sum()), 1)], dim=1).double()
-            gram = inputs.T @ inputs
-            penalty = self.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64, device=gram.device)
-            for target in range(n_concepts):
-                if target == source:
-                    continue
-                colour_map = grey_preserving_map(prototypes[source].cpu(), prototypes[target].cpu()).to(raw_pixels)
-                repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
-                change = (features_of(repainted) - original[rows])[near].double()
-                self.weights_[source, target] = torch.linalg.solve(gram + penalty, inputs.T @ change).float()
-                self.counts_[source, target] = int(near.sum())
+        self.n_concepts_ = n_concepts
+        solved_for = None
+        for source, target, described, change in examples:
+            if described is not solved_for:  # one normal matrix per source concept
+                inputs = torch.cat([described, described.new_ones(len(described), 1)], dim=1).double()
+                gram = inputs.T @ inputs
+                penalty = self.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64,
+                                                                          device=gram.device)
+                solved_for = described
+            self.weights_[source, target] = torch.linalg.solve(gram + penalty, inputs.T @ change.double()).float()
+            self.counts_[source, target] = len(described)
         return self
 
     def state_dict(self) -> dict:
@@ -128,6 +112,11 @@ class RecolourRegression:
             self._stacked_weights = stacked
         return self._stacked_weights
 
+    def change(self, inputs: Tensor, pair: Tensor) -> Tensor:
+        """Neighbourhood rows (K, D) grouped by their pair codes (K,) a G + b, sorted -> the regression's change
+        (K, C) of each row (`ridge_change`)."""
+        return ridge_change(self._stacked().to(inputs.device), inputs, pair)
+
     def move(self, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
              target: Tensor) -> Tensor:
         """The step (B, P, C) that recolours each image's object (coverage (B, P)) from `source` to `target` (B,).
@@ -135,18 +124,72 @@ class RecolourRegression:
         Only the positions near the object move, so only their neighbourhoods are gathered, and each concept
         pair's regression runs once on all of its positions (pairs never learnt have zero weights: no move).
         """
+        return move_near_object(self.change, features, grid, coverage, source, target, self.window,
+                                self.min_coverage, self.n_concepts_)
+
+
+def ridge_change(stacked: Tensor, inputs: Tensor, pair: Tensor) -> Tensor:
+    """(G G, D + 1, C) stacked ridge weights, neighbourhood rows (K, D) and their sorted pair codes (K,) -> the
+    change (K, C): each pair's regression run once on all of its rows."""
+    codes, counts = pair.unique_consecutive(return_counts=True)
+    moved = [part @ stacked[code, :-1] + stacked[code, -1]
+             for code, part in zip(codes.tolist(), inputs.split(counts.tolist()))]
+    return torch.cat(moved) if moved else inputs.new_zeros(0, stacked.shape[-1])
+
+
+def move_near_object(change_of, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
+                     target: Tensor, window: int, min_coverage: float, n_concepts: int) -> Tensor:
+    """The step (B, P, C) of an operator whose `change_of(inputs (K, D), pair (K,)) -> (K, C)` gives the change
+    of each position near an object (its halo above `min_coverage`) from its `window` neighbourhood, the rows
+    grouped by their sorted pair codes `source G + target`; every other position stays."""
+    with torch.no_grad():
+        values = features.detach().float()
+        step = torch.zeros_like(values)
+        rows, positions = (halo(coverage, grid) > min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
+        pair = source[rows] * n_concepts + target[rows]  # (K,)
+        pair, order = pair.sort()
+        rows, positions = rows[order], positions[order]
+        inputs = neighbourhood_rows(values, grid, window, rows, positions)  # (K, D), grouped by pair
+        if len(rows):
+            step[rows, positions] = change_of(inputs, pair)
+    return step.to(features.dtype)
+
+
+def recolour_examples(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, normalise,
+                      reader: PositionConceptReader, prototypes: Tensor, locate_layer: str | None = None,
+                      window: int = 3, min_coverage: float = 0.02, batch_size: int = 500):
+    """The tower's own counterfactuals at `layer`: for each source concept a and target b, the `window`
+    neighbourhoods (n, D) of the positions near the objects the reader finds as a (one object per image), and
+    their change (n, C) when a grey-preserving colour map repaints a as b. Yields (a, b, neighbourhoods, change),
+    the neighbourhoods one tensor for every b of an a.
+
+    raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1].
+    """
+    split = ImageTowerSplit(clip, layer)
+
+    def features_of(raw: Tensor) -> Tensor:
         with torch.no_grad():
-            values = features.detach().float()
-            step = torch.zeros_like(values)
-            rows, positions = (halo(coverage, grid) > self.min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
-            pair = source[rows] * self.n_concepts_ + target[rows]  # (K,)
-            pair, order = pair.sort()
-            rows, positions = rows[order], positions[order]
-            inputs = neighbourhood_rows(values, grid, self.window, rows, positions)  # (K, D), grouped by pair
-            weights = self._stacked().to(values.device)
-            codes, counts = pair.unique_consecutive(return_counts=True)
-            moved = [part @ weights[code, :-1] + weights[code, -1]
-                     for code, part in zip(codes.tolist(), inputs.split(counts.tolist()))]
-            if moved:
-                step[rows, positions] = torch.cat(moved)
-        return step.to(features.dtype)
+            return torch.cat([split.regions(split.lower(normalise(raw[i : i + batch_size])))
+                              for i in range(0, len(raw), batch_size)])
+
+    original = features_of(raw_pixels)
+    grid = split.grid
+    locate = locate_layer or layer
+    located, located_grid = (original, grid) if locate == layer else region_features(
+        clip, normalise(raw_pixels), locate, batch_size)
+    objects = resize_objects(find_objects(reader, located), located_grid, grid)
+    described = neighbourhoods(original, grid, window)
+    for source in range(len(prototypes)):
+        has = (objects.concept == source) & objects.valid  # (N, n)
+        rows = has.any(dim=1).nonzero().squeeze(1)
+        if len(rows) == 0:
+            continue
+        which = has[rows].float().argmax(dim=1)
+        near = halo(objects.coverage[rows, which], grid) > min_coverage  # (n, P)
+        inputs = described[rows][near]
+        for target in range(len(prototypes)):
+            if target == source:
+                continue
+            colour_map = grey_preserving_map(prototypes[source].cpu(), prototypes[target].cpu()).to(raw_pixels)
+            repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
+            yield source, target, inputs, (features_of(repainted) - original[rows])[near]

@@ -3,7 +3,7 @@
     state = editor_state(editor)       # a dict a checkpoint holds (torch.save, read with weights_only=True)
     same = editor_from_state(state)    # makes the edits `editor` makes, bit for bit
 
-The reader and the operator (`RecolourRegression` or `GaussianTransport`) save their own learnt tensors
+The reader and the operator (`RecolourRegression`, `LearntRecolour` or `GaussianTransport`) save their own learnt tensors
 (`state_dict` / `from_state`); the editor adds its layers, concept names, effect check and the state of its own
 generator (the transplant draws and random controls made without a per-row generator).
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 import torch
 
 from lace.local.editor import LocalImageEditor
+from lace.local.learnt import LearntRecolour
 from lace.local.reader import PositionConceptReader
 from lace.local.recolour import RecolourRegression
 from lace.local.transport import GaussianTransport
 
-OPERATORS = {cls.__name__: cls for cls in (RecolourRegression, GaussianTransport)}
+OPERATORS = {cls.__name__: cls for cls in (RecolourRegression, LearntRecolour, GaussianTransport)}
 
 
 def editor_state(editor: LocalImageEditor) -> dict:
