@@ -28,6 +28,10 @@ class LocalEditConfig:
     operator: str = "recolour"
     """How local edits move positions: recolour (regression learnt from recoloured training images; needs
     colour names the shapes world's palette knows) or mean_shift (mean feature difference of two concepts)."""
+    edit_share: float = 1.0
+    """Share of each micro-batch's rows the local image editor edits in training: the first ceil(share x B) (batches
+    are drawn shuffled, so a random subset); the other rows get no local negatives and no pairs rows that step, and
+    cost no editing, no extra upper-layer maps and no described captions (1: every row)."""
     fit_images: int = 2000
     """Training images the local editor's reader and operator are fitted on."""
     group: str = "colour"
@@ -49,6 +53,8 @@ class LocalEditConfig:
         for name in ("refresh_every", "fidelity_every"):
             if getattr(self, name) < 0:
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
+        if not 0 < self.edit_share <= 1:
+            raise input_error(where, "edit_share", "a share in (0, 1]", self.edit_share)
         if self.operator not in LOCAL_OPERATORS:
             raise input_error(where, "operator", f"one of {LOCAL_OPERATORS}", self.operator)
         return self

@@ -65,8 +65,9 @@ class LocalImageEdits(NegativeSource):
 
     def image_pass(self, micro: MicroBatch) -> LocalImagePass | None:
         # U and the local negatives come from one pass of the image tower
-        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, self.config.local.n_edits,
-                                              micro.row_seeds(self.config.seed, LOCAL_STREAM))
+        local = self.config.local
+        self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, local.n_edits,
+                                              micro.row_seeds(self.config.seed, LOCAL_STREAM), local.edit_share)
         return self.image_pass_made
 
     def embed(self, micro: MicroBatch) -> None:
@@ -75,8 +76,9 @@ class LocalImageEdits(NegativeSource):
             self.edits = (made.negatives.float(), made.valid, made.changes)
         else:
             top = self.run.encoder
-            self.edits = map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps,
-                                       self.config.local.n_edits, micro.row_seeds(self.config.seed, LOCAL_STREAM))
+            local = self.config.local
+            self.edits = map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps, local.n_edits,
+                                       micro.row_seeds(self.config.seed, LOCAL_STREAM), local.edit_share)
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
         embeddings, valid, changes = self.edits
