@@ -195,13 +195,17 @@ def local_step(setting: LocalSetting, kind: str, edit_share: float, seen: dict[s
     share = edit_share if kind == "shipped" else 1.0
     image_pass = LocalImagePass(setting.editor, encoder.model, n_edits, setting.seeds, share)
     U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
-    seen["valid"].append(float(image_pass.valid.float().mean()))
     if kind == "local":
+        seen["valid"].append(float(image_pass.valid.float().mean()))
         return lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
     edits = EditedImages(image_pass.negatives, image_pass.valid,
                          describe_slots(setting.rules, setting.captions, image_pass.changes))
     rows = pair_rows([edits], encoder.encode_texts)  # the described captions in a second text pass
-    seen["pair_share"].append(float(rows.valid.any(dim=1).float().mean()))
+    if kind == "shipped, every row":  # what the described captions are, every row edited
+        seen["pair_share"].append(float(rows.valid.any(dim=1).float().mean()))
+        written = [text for row, keep in zip(edits.captions, rows.valid.tolist()) for text, on in zip(row, keep) if on]
+        seen["distinct"].append(len(set(written)) / max(1, len(written)))  # 1: no described caption repeats
+        seen["real_caption"].append(len(set(written) & set(setting.captions)) / max(1, len(written)))
     column = kind != "pairs"
     loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives if column else None,
                      image_valid=image_pass.valid if column else None)
@@ -212,7 +216,7 @@ def local_step(setting: LocalSetting, kind: str, edit_share: float, seen: dict[s
 def time_local(setting: LocalSetting, repeats: int, edit_share: float) -> dict:
     """Plain step against each LACE-local step of `LOCAL_ARMS`, interleaved; median over repeats."""
     kinds = ("plain", *LOCAL_ARMS)
-    seen = {"valid": [], "pair_share": []}
+    seen = {"valid": [], "pair_share": [], "distinct": [], "real_caption": []}
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
     for rep in range(repeats + 1):  # the first round warms up
         for kind in kinds:
@@ -227,6 +231,9 @@ def time_local(setting: LocalSetting, repeats: int, edit_share: float) -> dict:
             "plain_ms": 1e3 * median["plain"], **{f"{kind}_ms": 1e3 * median[kind] for kind in LOCAL_ARMS},
             "over_plain": ratios, "valid_edit_share": statistics.mean(seen["valid"]),
             "pair_row_share": statistics.mean(seen["pair_share"]), "editor_fit_seconds": setting.fit_seconds,
+            # described captions: the share of distinct ones, and of those that are also a real caption of the batch
+            "described_distinct_share": statistics.mean(seen["distinct"]),
+            "described_also_real_share": statistics.mean(seen["real_caption"]),
             "fit_images": setting.fit_images}
 
 
@@ -316,7 +323,9 @@ def main() -> None:
     setting = LocalSetting(args.local_n_edits, args.local_layer, pretrained=args.local_pretrained)
     local = time_local(setting, args.repeats, args.local_edit_share)
     print(f"\n{local['setting']}, batch {local['batch']}, M = {local['n_edits']} at {local['layer']} (valid edits "
-          f"{local['valid_edit_share']:.2f}, rows with a written caption {local['pair_row_share']:.2f}; editor fit "
+          f"{local['valid_edit_share']:.2f}, rows with a written caption {local['pair_row_share']:.2f}, described captions "
+          f"distinct {local['described_distinct_share']:.2f}, also a real caption {local['described_also_real_share']:.2f}; "
+          f"editor fit "
           f"{local['editor_fit_seconds']:.1f}s); the arm that ships edits a share {local['edit_share']} of the rows")
     print(f"{'arm':<58} {'ms':>8} {'x plain':>8}")
     print(f"{'plain':<58} {local['plain_ms']:>8.1f} {1.0:>8.3f}")
