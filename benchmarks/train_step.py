@@ -14,10 +14,13 @@ batch 128 on drawn world scenes, plain against plain + M local image negatives a
 copies of each map in place of the edited ones (what the extra upper-layer maps cost without any editing).
 The same setting times the pairs layout (`lace.train.pairs`): each edit a row of its own with the caption
 it describes (written by the rule editor, encoded in a second text pass), alone and as the arm that ships
-("LACE-local pairs + real-image negative": the column too, and the real image a negative of the edit's caption).
-Last line: one JSON object.
+("LACE-local pairs + real-image negative": the column too, and the real image a negative of the edit's caption),
+and that arm with only a share of each batch's rows edited (`--local-edit-share`, `LocalEditConfig.edit_share`;
+it ships with every row edited). `--parts` also times that arm at the share part by part (forward parts one by one,
+the backward whole, and pieces alone, forward and backward).
+Last line: one JSON object; `lace_over_plain` names every arm timed, over its setting's plain step.
 
-    PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2]
+    PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2] [--parts]
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ from lace.edits import CounterfactualEditor
 from lace.edits.captions import RuleNegatives
 from lace.encoders import load_encoder
 from lace.local import LocalEditConfig, build_local_editor
+from lace.local.editor import slot_changes
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
+from lace.row_random import RowGenerators
 from lace.train.config import train_config
-from lace.train.local_arm import LocalImagePass
+from lace.train.local_arm import LocalImagePass, edited_rows, unedited_rows_added
 from lace.train.optim import build_optimizer
 from lace.train.pairs import EditedImages, describe_slots, pair_rows, pair_term
 
@@ -127,85 +132,166 @@ def time_setting(name: str, model: str, batch: int, n_edits: int, repeats: int, 
     }
 
 
-def time_local(n_edits: int, repeats: int, layer: str, batch: int = 128, fit_images: int = 1000,
-               pretrained: str | None = None) -> dict:
-    """Plain step against the LACE-local step of `lace train` (image negatives only), interleaved."""
-    torch.manual_seed(0)
-    encoder = load_encoder("lace-micro-rn-32", pretrained)
-    normalise = encoder.preprocess.transforms[-1]
-    raw, captions, vocabulary = world_batch(fit_images + batch)
-    pixels = normalise(raw)
-    config = train_config(local_image_negatives=True, local=LocalEditConfig(layer=layer, n_edits=n_edits),
-                         vocabulary="world")
-    started = time.perf_counter()
-    editor = build_local_editor(config.negatives.local, encoder.model, pixels[:fit_images],
-                                [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.run.seed)
-    fit_seconds = time.perf_counter() - started
-    pixels, tokens = pixels[fit_images:], encoder.tokenize(captions[fit_images:])
-    rules, batch_captions = RuleNegatives(vocabulary), captions[fit_images:]
-    one_process = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    pair_share = []
-    optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
-    seeds = list(range(batch))
-    valid = []
-    encoder.train()
-    split = ImageTowerSplit(encoder.model, layer)
+CANDIDATE_EDIT_SHARE = 0.25
+"""The share of rows the cheaper candidate of the arm that ships edits (`LocalEditConfig.edit_share`; validation
+against every row edited: docs/local_edits.md#cost)."""
+LOCAL_ARMS = {"local": "LACE-local", "floor": "LACE-local floor (upper layers on unedited copies)",
+              "pairs": "LACE-local pairs", "shipped": "LACE-local pairs + real-image negative",
+              "shipped, share": "LACE-local pairs + real-image negative, a share of the rows edited"}
+"""The LACE-local setting's steps by kind, as the JSON line names them (besides "plain")."""
 
-    def unedited_copies(pixels: torch.Tensor) -> torch.Tensor:
-        """The floor of the local pass: the upper layers on the maps and M unedited copies, no editing."""
-        features = split.lower(pixels)
-        embeddings = split.upper(features.repeat(1 + n_edits, 1, 1), reference_rows=batch)
-        unedited_copies.negatives = embeddings[batch:].reshape(n_edits, batch, -1).transpose(0, 1)
-        return embeddings[:batch]
 
-    def step(kind: str) -> None:
-        start = time.perf_counter()
-        if kind == "local":  # as `lace train` runs it: U and the negatives from one pass of the image tower
-            image_pass = LocalImagePass(editor, encoder.model, n_edits, seeds)
-            U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
-            valid.append(float(image_pass.valid.float().mean()))
-            loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
-        elif kind in ("pairs", "pairs + column"):  # as `lace train` runs the pairs layout
-            image_pass = LocalImagePass(editor, encoder.model, n_edits, seeds)
-            U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
-            edits = EditedImages(image_pass.negatives, image_pass.valid,
-                                 describe_slots(rules, batch_captions, image_pass.changes))
-            rows = pair_rows([edits], encoder.encode_texts)
-            pair_share.append(float(rows.valid.any(dim=1).float().mean()))
-            column = kind == "pairs + column"
-            loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives if column else None,
-                             image_valid=image_pass.valid if column else None)
-            # the arm that ships (docs/results.md): with the column, the real image also a negative of T'
-            loss = loss + pair_term(rows, U, V, scale, None, one_process, real_image_negative=column)
-        elif kind == "floor":
-            U, V, scale = encoder(pixels, tokens, encode_images=unedited_copies)
-            loss = lace_loss(U, V, scale, image_negatives=unedited_copies.negatives,
-                             image_valid=torch.ones(batch, n_edits, dtype=torch.bool))
-        else:
-            U, V, scale = encoder(pixels, tokens)
-            loss = clip_loss(U, V, scale)
+class LocalSetting:
+    """The LACE-local setting: the demo's model (a trained base with `pretrained`), an editor fitted on
+    `fit_images` drawn world scenes, and a batch of `batch` more, with their captions and the rule editor."""
+
+    def __init__(self, n_edits: int, layer: str, batch: int = 128, fit_images: int = 1000,
+                 pretrained: str | None = None):
+        torch.manual_seed(0)
+        self.encoder = encoder = load_encoder("lace-micro-rn-32", pretrained)
+        normalise = encoder.preprocess.transforms[-1]
+        raw, captions, vocabulary = world_batch(fit_images + batch)
+        pixels = normalise(raw)
+        config = train_config(local_image_negatives=True, local=LocalEditConfig(layer=layer, n_edits=n_edits),
+                              vocabulary="world")
+        started = time.perf_counter()
+        self.editor = build_local_editor(config.negatives.local, encoder.model, pixels[:fit_images],
+                                         [[c] for c in captions[:fit_images]], normalise, vocabulary, seed=config.run.seed)
+        self.fit_seconds = time.perf_counter() - started
+        self.pixels, self.captions = pixels[fit_images:], captions[fit_images:]
+        self.tokens = encoder.tokenize(self.captions)
+        self.rules = RuleNegatives(vocabulary)
+        self.one_process = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+        self.optimizer = build_optimizer(encoder, 1e-5, 0.1, (0.9, 0.98), 1e-6)
+        self.n_edits, self.layer, self.batch, self.fit_images = n_edits, layer, batch, fit_images
+        self.seeds = list(range(batch))
+        encoder.train()
+
+    def update(self, loss: torch.Tensor) -> None:
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times[kind].append(time.perf_counter() - start)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
-    kinds = ("plain", "local", "floor", "pairs", "pairs + column")
+
+def local_step(setting: LocalSetting, kind: str, edit_share: float, seen: dict[str, list[float]]) -> torch.Tensor:
+    """The loss of one step of `kind` ("plain" or a key of `LOCAL_ARMS`) as `lace train` runs it."""
+    encoder, pixels, tokens, n_edits, batch = (setting.encoder, setting.pixels, setting.tokens, setting.n_edits,
+                                               setting.batch)
+    if kind == "plain":
+        U, V, scale = encoder(pixels, tokens)
+        return clip_loss(U, V, scale)
+    if kind == "floor":  # the upper layers on the maps and M unedited copies, no editing
+        split = ImageTowerSplit(encoder.model, setting.layer)
+
+        def unedited_copies(pixels: torch.Tensor) -> torch.Tensor:
+            embeddings = split.upper(split.lower(pixels).repeat(1 + n_edits, 1, 1), reference_rows=batch)
+            unedited_copies.negatives = embeddings[batch:].reshape(n_edits, batch, -1).transpose(0, 1)
+            return embeddings[:batch]
+
+        U, V, scale = encoder(pixels, tokens, encode_images=unedited_copies)
+        return lace_loss(U, V, scale, image_negatives=unedited_copies.negatives,
+                         image_valid=torch.ones(batch, n_edits, dtype=torch.bool))
+    # U and the local negatives from one pass of the image tower
+    share = edit_share if kind == "shipped, share" else 1.0
+    image_pass = LocalImagePass(setting.editor, encoder.model, n_edits, setting.seeds, share)
+    U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
+    if kind == "local":
+        seen["valid"].append(float(image_pass.valid.float().mean()))
+        return lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
+    edits = EditedImages(image_pass.negatives, image_pass.valid,
+                         describe_slots(setting.rules, setting.captions, image_pass.changes))
+    rows = pair_rows([edits], encoder.encode_texts)  # the described captions in a second text pass
+    if kind == "shipped":  # what the described captions are, every row edited
+        seen["pair_share"].append(float(rows.valid.any(dim=1).float().mean()))
+        written = [text for row, keep in zip(edits.captions, rows.valid.tolist()) for text, on in zip(row, keep) if on]
+        seen["distinct"].append(len(set(written)) / max(1, len(written)))  # 1: no described caption repeats
+        seen["real_caption"].append(len(set(written) & set(setting.captions)) / max(1, len(written)))
+    column = kind != "pairs"
+    loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives if column else None,
+                     image_valid=image_pass.valid if column else None)
+    # the arm that ships (docs/results.md): with the column, the real image also a negative of T'
+    return loss + pair_term(rows, U, V, scale, None, setting.one_process, real_image_negative=column)
+
+
+def time_local(setting: LocalSetting, repeats: int, edit_share: float) -> dict:
+    """Plain step against each LACE-local step of `LOCAL_ARMS`, interleaved; median over repeats."""
+    kinds = ("plain", *LOCAL_ARMS)
+    seen = {"valid": [], "pair_share": [], "distinct": [], "real_caption": []}
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for kind in kinds:  # warm-up
-        step(kind)
-    times = {kind: [] for kind in kinds}
-    for _ in range(repeats):
+    for rep in range(repeats + 1):  # the first round warms up
         for kind in kinds:
-            step(kind)
-    plain, local, floor, pairs, pairs_column = (statistics.median(times[kind]) for kind in kinds)
-    return {"setting": "world micro-rn, LACE-local", "model": "lace-micro-rn-32", "batch": batch, "n_edits": n_edits,
-            "layer": layer, "plain_ms": 1e3 * plain, "local_ms": 1e3 * local, "local_over_plain": local / plain,
-            # the same step with the edits left out: the upper layers' extra maps alone
-            "floor_ms": 1e3 * floor, "floor_over_plain": floor / plain,
-            "pairs_ms": 1e3 * pairs, "pairs_over_plain": pairs / plain,
-            "pairs_column_ms": 1e3 * pairs_column, "pairs_column_over_plain": pairs_column / plain,
-            "pair_row_share": statistics.mean(pair_share),
-            "valid_edit_share": statistics.mean(valid), "editor_fit_seconds": fit_seconds, "fit_images": fit_images}
+            start = time.perf_counter()
+            setting.update(local_step(setting, kind, edit_share, seen))
+            if rep:
+                times[kind].append(time.perf_counter() - start)
+    median = {kind: statistics.median(times[kind]) for kind in kinds}
+    ratios = {LOCAL_ARMS[kind]: median[kind] / median["plain"] for kind in LOCAL_ARMS}
+    return {"setting": "world micro-rn, LACE-local", "model": "lace-micro-rn-32", "batch": setting.batch,
+            "n_edits": setting.n_edits, "layer": setting.layer, "edit_share": edit_share,
+            "plain_ms": 1e3 * median["plain"], **{f"{kind}_ms": 1e3 * median[kind] for kind in LOCAL_ARMS},
+            "over_plain": ratios, "valid_edit_share": statistics.mean(seen["valid"]),
+            "pair_row_share": statistics.mean(seen["pair_share"]), "editor_fit_seconds": setting.fit_seconds,
+            # described captions: the share of distinct ones, and of those that are also a real caption of the batch
+            "described_distinct_share": statistics.mean(seen["distinct"]),
+            "described_also_real_share": statistics.mean(seen["real_caption"]),
+            "fit_images": setting.fit_images}
+
+
+def shipped_parts(setting: LocalSetting, repeats: int, edit_share: float) -> dict[str, float]:
+    """Median ms of the arm that ships, part by part (forward parts timed one by one, the backward whole), of the
+    plain step, and of pieces alone (forward and backward): where the step's time goes."""
+    encoder, pixels, tokens, n_edits, batch = (setting.encoder, setting.pixels, setting.tokens, setting.n_edits,
+                                               setting.batch)
+    editor, split = setting.editor, ImageTowerSplit(encoder.model, setting.layer)
+    times: dict[str, list[float]] = {}
+
+    def timed(name: str, work):
+        start = time.perf_counter()
+        out = work()
+        times.setdefault(name, []).append(1e3 * (time.perf_counter() - start))
+        return out
+
+    def shipped() -> None:
+        rows = edited_rows(batch, edit_share)
+        features = timed("image: lower layers (B)", lambda: split.lower(pixels))  # (B, P, C): a ResNet's, no prefix
+        edited = split.regions(features)[:rows]
+        objects = timed("editor: reader", lambda: editor.locate(encoder.model, pixels[:rows], edited, split.grid))
+        slots = timed("editor: planner + recolour (+ effect check)", lambda: editor.steps(
+            edited, split.grid, n_edits, objects, RowGenerators(setting.seeds[:rows])))
+        maps = torch.cat([features, (edited.unsqueeze(1) + slots.steps).transpose(0, 1).flatten(0, 1)])
+        embeddings = timed("image: upper layers (B + R M maps)", lambda: split.upper(maps, reference_rows=batch))
+        U, V = embeddings[:batch], timed("text: real captions (B)", lambda: encoder.encode_tokens(tokens))
+        negatives, valid, changes = unedited_rows_added(
+            embeddings[batch:].reshape(n_edits, rows, -1).transpose(0, 1), slots.valid,
+            slot_changes(slots.kinds, slots.changes, editor.concept_names), batch)
+        described = timed("described captions written", lambda: describe_slots(setting.rules, setting.captions, changes))
+        pairs = timed("text: described captions", lambda: pair_rows([EditedImages(negatives, valid, described)],
+                                                                    encoder.encode_texts))
+        scale = encoder.model.logit_scale.exp()
+        loss = timed("losses", lambda: lace_loss(U, V, scale, image_negatives=negatives, image_valid=valid) + pair_term(
+            pairs, U, V, scale, None, setting.one_process, real_image_negative=True))
+        timed("backward (all)", loss.backward)
+        timed("optimiser", setting.optimizer.step)
+        setting.optimizer.zero_grad(set_to_none=True)
+
+    def alone(name: str, work) -> None:
+        timed(name, lambda: work().sum().backward())
+        setting.optimizer.zero_grad(set_to_none=True)
+
+    with torch.no_grad():
+        unedited = split.lower(pixels)
+    for rep in range(repeats + 1):
+        if rep == 1:
+            times.clear()  # the first round warms up
+        timed("plain step", lambda: setting.update(local_step(setting, "plain", edit_share, {})))
+        timed("arm that ships at the share, step", shipped)
+        alone("alone: text, B captions, fwd + bwd", lambda: encoder.encode_tokens(tokens))
+        alone("alone: image lower layers, B, fwd + bwd", lambda: split.lower(pixels))
+        alone("alone: image upper layers, B maps, fwd + bwd",
+              lambda: split.upper(unedited.clone().requires_grad_(), reference_rows=batch))
+        alone(f"alone: image upper layers, {1 + n_edits}B maps, fwd + bwd",
+              lambda: split.upper(unedited.repeat(1 + n_edits, 1, 1).requires_grad_(), reference_rows=batch))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -217,7 +303,11 @@ def main() -> None:
     parser.add_argument("--local-n-edits", type=int, default=2)
     parser.add_argument("--local-layer", default="layer1")
     parser.add_argument("--local-pretrained", default=None, help="checkpoint of lace-micro-rn-32 (e.g. the demo's base)")
+    parser.add_argument("--local-edit-share", type=float, default=CANDIDATE_EDIT_SHARE,
+                        help="share of the rows edited by the cheaper candidate of the arm that ships "
+                             "(LocalEditConfig.edit_share; the arm ships with 1)")
     parser.add_argument("--local-only", action="store_true", help="time only the LACE-local setting")
+    parser.add_argument("--parts", action="store_true", help="also time the arm that ships part by part")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = [] if args.local_only else [
@@ -231,25 +321,33 @@ def main() -> None:
         print(f"{r['setting']:<22} {r['batch']:>5} {r['plain_ms']:>9.1f} {r['lace_ms']:>9.1f} {r['edits_ms']:>9.1f} "
               f"{r['extra_logits_ms']:>16.2f} {r['valid_edit_share']:>6.2f} {r['lace_over_plain']:>10.3f} "
               f"{r['parts_over_plain']:>11.3f}")
-    local = time_local(args.local_n_edits, args.repeats, args.local_layer, pretrained=args.local_pretrained)
-    print(f"{local['setting']:<22} {local['batch']:>5} {local['plain_ms']:>9.1f} local {local['local_ms']:.1f} ms "
-          f"(M = {local['n_edits']} at {local['layer']}; valid {local['valid_edit_share']:.2f}) "
-          f"local/plain {local['local_over_plain']:.3f} (floor, no edits: {local['floor_over_plain']:.3f}); "
-          f"editor fit {local['editor_fit_seconds']:.1f}s")
-    print(f"{'pairs layout':<22} {local['batch']:>5} pairs {local['pairs_ms']:.1f} ms, pairs/plain "
-          f"{local['pairs_over_plain']:.3f}; shipped (+ column, real-image negative) {local['pairs_column_ms']:.1f} ms, "
-          f"shipped/plain {local['pairs_column_over_plain']:.3f} (rows with a written caption "
-          f"{local['pair_row_share']:.2f})")
+    setting = LocalSetting(args.local_n_edits, args.local_layer, pretrained=args.local_pretrained)
+    local = time_local(setting, args.repeats, args.local_edit_share)
+    print(f"\n{local['setting']}, batch {local['batch']}, M = {local['n_edits']} at {local['layer']} (valid edits "
+          f"{local['valid_edit_share']:.2f}, rows with a written caption {local['pair_row_share']:.2f}, described captions "
+          f"distinct {local['described_distinct_share']:.2f}, also a real caption {local['described_also_real_share']:.2f}; "
+          f"editor fit "
+          f"{local['editor_fit_seconds']:.1f}s); the candidate edits a share {local['edit_share']} of the rows")
+    print(f"{'arm':<58} {'ms':>8} {'x plain':>8}")
+    print(f"{'plain':<58} {local['plain_ms']:>8.1f} {1.0:>8.3f}")
+    for kind, arm in LOCAL_ARMS.items():
+        print(f"{arm:<58} {local[f'{kind}_ms']:>8.1f} {local['over_plain'][arm]:>8.3f}")
+    parts = shipped_parts(setting, args.repeats, args.local_edit_share) if args.parts else None
+    if parts:
+        print(f"\nthe arm that ships at edit share {args.local_edit_share}, part by part (ms, x the plain step)")
+        for name, ms in parts.items():
+            print(f"{name:<58} {ms:>8.1f} {ms / parts['plain step']:>8.3f}")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
     if torch.cuda.is_available():
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
+    shipped = local["over_plain"]["LACE-local pairs + real-image negative"]
     print(json.dumps({
         "benchmark": "train_step", "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "threads": args.threads, "settings": rows, "local": local,
-        "local_over_plain": local["local_over_plain"], "pairs_over_plain": local["pairs_over_plain"],
-        "pairs_column_over_plain": local["pairs_column_over_plain"],
-        "shipped_arm": "LACE-local pairs + real-image negative", "shipped_over_plain": local["pairs_column_over_plain"],
-        "lace_over_plain": max((r["lace_over_plain"] for r in rows), default=None), "peak_gb": round(peak_gb, 3),
+        "threads": args.threads, "settings": rows, "local": local, "parts_ms": parts,
+        # every arm timed, over the plain step of its setting
+        "lace_over_plain": {**{f"LACE ({r['setting']})": r["lace_over_plain"] for r in rows}, **local["over_plain"]},
+        "shipped_arm": "LACE-local pairs + real-image negative", "candidate_edit_share": args.local_edit_share,
+        "shipped_over_plain": shipped, "vs_peer_ratio": shipped, "peak_gb": round(peak_gb, 3),
     }))
 
 

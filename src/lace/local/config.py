@@ -63,6 +63,10 @@ class LocalEditConfig:
     two concepts)."""
     learnt: LearntOperatorConfig = field(default_factory=LearntOperatorConfig)
     """Knobs of the learnt operator (operator learnt only)."""
+    edit_share: float = 1.0
+    """Share of each micro-batch's rows the local image editor edits in training: the first ceil(share x B) (batches
+    are drawn shuffled, so a random subset); the other rows get no local negatives and no pairs rows that step, and
+    cost no editing, no extra upper-layer maps and no described captions (1: every row)."""
     fit_images: int = 2000
     """Training images the local editor's reader and operator are fitted on."""
     group: str = "colour"
@@ -89,6 +93,8 @@ class LocalEditConfig:
         for name in ("refresh_every", "fidelity_every"):
             if getattr(self, name) < 0:
                 raise input_error(where, name, "a non-negative integer", getattr(self, name))
+        if not 0 < self.edit_share <= 1:
+            raise input_error(where, "edit_share", "a share in (0, 1]", self.edit_share)
         if self.operator not in LOCAL_OPERATORS:
             raise input_error(where, "operator", f"one of {LOCAL_OPERATORS}", self.operator)
         if self.symmetric not in SYMMETRIC_KINDS:
@@ -96,5 +102,8 @@ class LocalEditConfig:
         if self.symmetric == "nuisance" and (self.operator != "recolour" or self.refresh_every):
             raise input_error(where, "symmetric", "nuisance only with operator recolour and refresh_every 0 (the "
                               "shade regression is a recolouring, fitted once)", self.symmetric)
+        if self.symmetric != "none" and self.edit_share < 1:
+            raise input_error(where, "edit_share", "1 with symmetric counterparts (every row's real image is replaced "
+                              "by its stand-in)", self.edit_share)
         self.learnt.validate(where)
         return self

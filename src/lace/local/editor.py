@@ -143,7 +143,7 @@ class LocalImageEditor:
         return scores.argmax(dim=1)
 
     def negatives(self, clip: torch.nn.Module, pixels: Tensor, n_edits: int, control: bool = False,
-                  generator: Randomness = None) -> LocalNegatives:
+                  generator: Randomness = None, rows: int | None = None) -> LocalNegatives:
         """(B, 3, H, W) pixels -> `LocalNegatives`: (B, M) unit embeddings of the edits, M = n_edits, and the (B, d)
         unedited embeddings, all from one pass of the tower.
 
@@ -154,12 +154,20 @@ class LocalImageEditor:
         control: replace every step by the same-size random step at the same positions.
         generator: the draws of transplant targets (None: the editor's own; `RowGenerators`: one per row, so a
         row's edits do not depend on the rows it shares a batch with).
+        rows: edit the first `rows` images only (None: all B); the other rows' upper layers run on their unedited
+        maps alone, and embeddings, valid, objects and changes then hold the `rows` edited images only.
         """
         if n_edits < 1:
             raise ValueError(f"n_edits: expected >= 1, got {n_edits}")
         split = ImageTowerSplit(clip, self.layer)
         features = split.lower(pixels)  # (B, n_prefix + P, C), with gradient
-        regions = split.regions(features)
+        batch = features.shape[0]
+        if rows is not None and not 1 <= rows <= batch:
+            raise ValueError(f"rows: expected 1 .. {batch}, got {rows}")
+        if rows is not None and rows < batch:
+            pixels = pixels[:rows]
+        edited_rows = features if rows is None or rows == batch else features[:rows]  # (R, n_prefix + P, C)
+        regions = split.regions(edited_rows)
         objects = self.locate(clip, pixels, regions, split.grid)
         slots = self.steps(regions, split.grid, n_edits, objects, generator)
         steps = slots.steps  # (B, M, P, C)
@@ -167,11 +175,11 @@ class LocalImageEditor:
             steps = random_control(steps, self.generator)
         if split.n_prefix:
             steps = torch.cat([steps.new_zeros(*steps.shape[:2], split.n_prefix, steps.shape[-1]), steps], dim=2)
-        edited = features.unsqueeze(1) + steps.to(features.dtype)  # (B, M, P_all, C)
-        batch = features.shape[0]
-        maps = torch.cat([features, edited.transpose(0, 1).reshape(batch * n_edits, *features.shape[1:])])
-        embeddings = split.upper(maps, reference_rows=batch)  # (B (1 + M), d): the originals, then slot by slot
-        negatives = embeddings[batch:].reshape(n_edits, batch, -1).transpose(0, 1)  # (B, M, d)
+        edited = edited_rows.unsqueeze(1) + steps.to(features.dtype)  # (R, M, P_all, C)
+        count = edited.shape[0]
+        maps = torch.cat([features, edited.transpose(0, 1).reshape(count * n_edits, *features.shape[1:])])
+        embeddings = split.upper(maps, reference_rows=batch)  # (B + R M, d): the originals, then slot by slot
+        negatives = embeddings[batch:].reshape(n_edits, count, -1).transpose(0, 1)  # (R, M, d)
         return LocalNegatives(negatives, slots.valid, slots.kinds, objects, original=embeddings[:batch],
                               changes=slots.changes)
 

@@ -10,6 +10,8 @@ negatives for the same rows. On cached tower-top inputs the editor acts on the c
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -29,15 +31,18 @@ class LocalImagePass:
     images are kept as `negatives` (B, M, d) unit, with gradient, and `valid` (B, M), and what each slot changed
     as `changes` (`lace.train.pairs.Changes`).
 
-    seeds: one per row (`row_seeds`), which draw each row's transplant targets. symmetric: a kind of
-    `lace.local.symmetric` ("none": the real images): each slot's counterpart of the real image, made in the same
-    pass, is kept as `counterparts` (B, M, d), and U is each row's stand-in (`real_stand_ins`) instead of the real
-    image; shade: the nuisance regression that kind needs.
+    seeds: one per row (`row_seeds`), which draw each row's transplant targets.
+    edit_share: the share of the B rows edited, the first ceil(share B) (`LocalEditConfig.edit_share`); the others
+    have no valid slot (zero embeddings, None changes) and cost no editing, upper layers or described captions.
+    symmetric: a kind of `lace.local.symmetric` ("none": the real images): each slot's counterpart of the real image,
+    made in the same pass, is kept as `counterparts` (B, M, d), and U is each row's stand-in (`real_stand_ins`)
+    instead of the real image (every row edited); shade: the nuisance regression that kind needs.
     """
 
     def __init__(self, editor: LocalImageEditor, clip: torch.nn.Module, n_edits: int, seeds: list[int],
-                 symmetric: str = "none", shade: RecolourRegression | None = None):
+                 edit_share: float = 1.0, symmetric: str = "none", shade: RecolourRegression | None = None):
         self.editor, self.clip, self.n_edits, self.seeds = editor, clip, n_edits, seeds
+        self.rows = edited_rows(len(seeds), edit_share)
         self.symmetric, self.shade = symmetric, shade
         self.negatives: Tensor | None = None
         self.valid: Tensor | None = None
@@ -45,32 +50,58 @@ class LocalImagePass:
         self.counterparts: Tensor | None = None
 
     def __call__(self, pixels: Tensor) -> Tensor:
-        generator = RowGenerators(self.seeds)
-        if self.symmetric == "none":
-            made = self.editor.negatives(self.clip, pixels, self.n_edits, generator=generator)
-        else:
-            both = symmetric_negatives(self.editor, self.clip, pixels, self.n_edits, self.symmetric, self.shade,
-                                       generator)
-            made, self.counterparts = both.negatives, both.counterparts
+        if self.symmetric != "none":
+            return self._symmetric(pixels)
+        rows = self.rows
+        made = self.editor.negatives(self.clip, pixels, self.n_edits, generator=RowGenerators(self.seeds[:rows]),
+                                     rows=rows if rows < len(self.seeds) else None)
+        changes = slot_changes(made.kinds, made.changes, self.editor.concept_names)
+        self.negatives, self.valid, self.changes = unedited_rows_added(made.embeddings, made.valid.to(pixels.device),
+                                                                       changes, len(self.seeds))
+        return made.original
+
+    def _symmetric(self, pixels: Tensor) -> Tensor:
+        """Every row's edits and their counterparts in one pass; U is the rows' stand-ins."""
+        both = symmetric_negatives(self.editor, self.clip, pixels, self.n_edits, self.symmetric, self.shade,
+                                   RowGenerators(self.seeds))
+        made, self.counterparts = both.negatives, both.counterparts
         self.negatives, self.valid = made.embeddings, made.valid.to(pixels.device)
         self.changes = slot_changes(made.kinds, made.changes, self.editor.concept_names)
-        if self.counterparts is None:
-            return made.original
         return real_stand_ins(made.original, self.counterparts, self.valid)
 
 
+def edited_rows(batch: int, edit_share: float) -> int:
+    """How many of a micro-batch's `batch` rows LACE-local edits: ceil(share B), at least one."""
+    return max(1, min(batch, math.ceil(edit_share * batch - 1e-9)))
+
+
+def unedited_rows_added(embeddings: Tensor, valid: Tensor, changes: Changes,
+                        batch: int) -> tuple[Tensor, Tensor, Changes]:
+    """The edits of the first R rows, (R, M, d), (R, M) and R rows of changes, as B rows: the rows after them have
+    zero embeddings, no valid slot and None changes (nothing to describe). Returned as they are when R = B."""
+    count, n_edits = valid.shape
+    if count == batch:
+        return embeddings, valid, changes
+    missing = batch - count
+    embeddings = torch.cat([embeddings, embeddings.new_zeros(missing, *embeddings.shape[1:])])
+    valid = torch.cat([valid, valid.new_zeros(missing, n_edits)])
+    return embeddings, valid, changes + [[None] * n_edits for _ in range(missing)]
+
+
 def map_negatives(encode_maps, embed_dim: int, editor: MapEditor, maps: Tensor, n_edits: int,
-                  seeds: list[int]) -> tuple[Tensor, Tensor, Changes]:
+                  seeds: list[int], edit_share: float = 1.0) -> tuple[Tensor, Tensor, Changes]:
     """LACE-local on cached maps: (B, C, H, W) maps entering the trainable image top -> (B, M, d) unit embeddings
     of their local edits through `encode_maps` (with gradient; zeros where the edit is not valid, which the
-    loss masks), (B, M) valid, and what each slot changed (`lace.train.pairs.Changes`). seeds: one per row, as
-    `LocalImagePass` takes them."""
-    edits = editor.edit(maps, n_edits, generator=RowGenerators(seeds))
+    loss masks), (B, M) valid, and what each slot changed (`lace.train.pairs.Changes`). seeds: one per row, and
+    edit_share, as `LocalImagePass` takes them."""
+    rows = edited_rows(len(seeds), edit_share)
+    edits = editor.edit(maps[:rows], n_edits, generator=RowGenerators(seeds[:rows]))
     valid = edits.valid.to(maps.device)
     embeddings = maps.new_zeros(*valid.shape, embed_dim)
     if valid.any():
         embeddings = embeddings.index_put((valid,), encode_maps(edits.maps[edits.valid]))
-    return embeddings, valid, slot_changes(edits.kinds, edits.changes, editor.concept_names)
+    return unedited_rows_added(embeddings, valid, slot_changes(edits.kinds, edits.changes, editor.concept_names),
+                               len(seeds))
 
 
 def group_token_ids(tokenize, vocabulary: Vocabulary, group: str) -> Tensor:

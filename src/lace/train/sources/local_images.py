@@ -84,8 +84,8 @@ class LocalImageEdits(NegativeSource):
         # images' stand-ins and each edit's counterpart is made in the same pass)
         local = self.config.negatives.local
         self.image_pass_made = LocalImagePass(self.editor, self.run.encoder.model, local.n_edits,
-                                              micro.row_seeds(self.config.run.seed, LOCAL_STREAM), local.symmetric,
-                                              self.shade)
+                                              micro.row_seeds(self.config.run.seed, LOCAL_STREAM), local.edit_share,
+                                              local.symmetric, self.shade)
         return self.image_pass_made
 
     def embed(self, micro: MicroBatch) -> None:
@@ -95,9 +95,10 @@ class LocalImageEdits(NegativeSource):
             self.edits = (made.negatives.float(), made.valid, made.changes, counterparts)
         else:
             top = self.run.encoder
+            local = self.config.negatives.local
             self.edits = (*map_negatives(top.encode_image_states, top.embed_dim, self.editor, micro.maps,
-                                         self.config.negatives.local.n_edits, micro.row_seeds(self.config.run.seed, LOCAL_STREAM)),
-                          None)
+                                         local.n_edits, micro.row_seeds(self.config.run.seed, LOCAL_STREAM),
+                                         local.edit_share), None)
 
     def negatives(self, micro: MicroBatch, negatives: Negatives) -> None:
         embeddings, valid, changes, counterparts = self.edits
