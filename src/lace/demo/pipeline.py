@@ -6,9 +6,10 @@ retrieval; 5. fine-tune in every variant from the base with the same data order;
 6. evaluate every model on val, test and test_comp, and on the world's zero-shot tasks;
 7. mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the report.
 
-Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes,
-their evaluations, the edit grids and WiSE-FT do not depend on each other beyond their own order
-and run side by side in `workers` one-thread processes (`lace.experiment.parallel`).
+Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes (the local
+arms after the one editor they share, `lace.demo.local_editor_stage`), their evaluations, the edit grids and
+WiSE-FT do not depend on each other beyond their own order and run side by side in `workers` one-thread
+processes (`lace.experiment.parallel`).
 """
 
 from __future__ import annotations
