@@ -1,7 +1,9 @@
 """Where `lace demo`'s time goes, read from a finished run's results.json, and its wall time on a quiet machine.
 
 On a shared machine wall seconds measure the neighbours; CPU seconds (`time.process_time` of each stage,
-all its threads) barely move. So the quiet-machine wall time is estimated from CPU seconds: the stages of
+all its threads) move less, but they do grow when the machine runs many more threads than it has cores
+(1.3-2.1x per fine-tune at a load of 18 on 2 cores): the estimate holds for a run on a lightly loaded
+machine. The quiet-machine wall time is estimated from CPU seconds: the stages of
 the parent process (world, base, dictionary, the base's measures, report) one after the other, each
 taking its CPU seconds over the threads the parent used (the world: its wall time, as its renderers are
 other processes), then the stages side by side (the fine-tunes and what follows them) on the run's
