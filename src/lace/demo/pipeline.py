@@ -6,9 +6,10 @@ retrieval; 5. fine-tune in every variant from the base with the same data order;
 6. evaluate every model on val, test and test_comp, and on the world's zero-shot tasks;
 7. mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the report.
 
-Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes,
-their evaluations, the edit grids and WiSE-FT do not depend on each other beyond their own order
-and run side by side in `workers` one-thread processes (`lace.experiment.parallel`).
+Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes (the local
+arms after the one editor they share, `lace.demo.local_editor_stage`), their evaluations, the edit grids and
+WiSE-FT do not depend on each other beyond their own order and run side by side in `workers` one-thread
+processes (`lace.experiment.parallel`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from lace.demo.dictionary_stage import (
     fit_dictionary,
 )
 from lace.demo.evaluation import evaluate_on_world
+from lace.demo.local_editor_stage import (
+    editor_file,
+    edits_locally,
+    fit_shared_editor,
+    load_shared_editor,
+)
 from lace.demo.provenance_stage import (
     ProvenanceInstrument,
     fit_instrument,
@@ -180,7 +187,8 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     coco = train_pairs(foundation.world_dir, "coco")
     provenance = _provenance(config, foundation, coco, pixel_encoder, decoded) if measures_provenance(config) else None
     arms = _demo_arms(config, out, foundation, labelled, measured, coco, pixel_encoder, decoded, provenance)
-    stages, wise_ft = _stages_after_the_base(config, out, foundation, labelled, measured, arms)  # stages 5-7
+    editors = _local_editor_stages(config, out, foundation, coco, arms)
+    stages, wise_ft = _stages_after_the_base(config, out, foundation, labelled, measured, arms, editors)  # stages 5-7
     provenance_stages = _provenance_stages(runner, foundation, arms, provenance) if provenance else []
     results = run_stages(runner, stages + provenance_stages, config.workers, config.progress)
     for run, evaluation in arms.results(results, "eval").items():
@@ -242,18 +250,32 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
 
 
 def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
-                           arms: ArmStages) -> tuple[list[Stage], Stage | dict]:
-    """The stages that run side by side: every fine-tune (costliest arm first), WiSE-FT, the edit grids, then each
-    fine-tune's evaluation and zero-shot; with the WiSE-FT stage (or the summary saying why it was skipped)."""
+                           arms: ArmStages, editors: dict[int, Stage]) -> tuple[list[Stage], Stage | dict]:
+    """The stages that run side by side: the local arms' shared editors (by seed), every fine-tune (costliest arm
+    first; a local arm after its editor), WiSE-FT, the edit grids, then each fine-tune's evaluation and zero-shot;
+    with the WiSE-FT stage (or the summary saying why it was skipped)."""
     grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.negatives.edit), "grids"),
                   partial(edit_grids_stage, labelled, foundation.encoder, foundation.world_dir, config, out / "figures"))
     wise_ft = _wise_ft(config, out, foundation.base_key, arms, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest arm first,
     # then WiSE-FT (a dozen models scored), then the rest.
-    finetunes = [arms.train_stage(run) for run in sorted(arms.runs, key=lambda run: negative_sources(run.arm),
-                                                         reverse=True)]
+    finetunes = [replace(arms.train_stage(run), after=(editors[run.seed].name,)) if edits_locally(run.arm)
+                 else arms.train_stage(run)
+                 for run in sorted(arms.runs, key=lambda run: negative_sources(run.arm), reverse=True)]
     measures = [stage for run in arms.runs for stage in arms.measure_stages(run, ("eval", "zeroshot"))]
-    return finetunes + ([wise_ft] if isinstance(wise_ft, Stage) else []) + [grids] + measures, wise_ft
+    return [*editors.values(), *finetunes, *([wise_ft] if isinstance(wise_ft, Stage) else []), grids,
+            *measures], wise_ft
+
+
+def _local_editor_stages(config: DemoConfig, out: Path, foundation: Foundation, coco: TensorPairs,
+                         arms: ArmStages) -> dict[int, Stage]:
+    """By fine-tune seed, the stage fitting the editor that seed's local arms share (none without a local arm)."""
+    local = config.finetune.negatives.local
+    return {seed: Stage(f"local-editor-seed{seed}",
+                        stage_key(foundation.base_key, config_to_dict(local), seed, "local editor"),
+                        partial(fit_shared_editor, local, config.model, foundation.base_path, coco,
+                                foundation.vocabulary, seed, editor_file(out, seed)))
+            for seed in dict.fromkeys(run.seed for run in arms.runs if edits_locally(run.arm))}
 
 
 def _demo_arms(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
@@ -275,7 +297,8 @@ def _demo_arms(config: DemoConfig, out: Path, foundation: Foundation, labelled, 
 
     def finetune(run: Run) -> dict:
         rendered = partial(rendered_train_negatives, world_dir, pixel_encoder, decoded) if uses_rendered(run.arm) else None
-        return _finetune(quiet, run, coco, out, foundation.base_path, labelled, vocabulary, rendered)
+        local_editor = partial(load_shared_editor, editor_file(out, run.seed)) if edits_locally(run.arm) else None
+        return _finetune(quiet, run, coco, out, foundation.base_path, labelled, vocabulary, rendered, local_editor)
 
     measures = {
         "eval": Measure(lambda trained: stage_key(trained, dictionary_key, "eval"), partial(
@@ -462,9 +485,10 @@ def _dictionary(config: DemoConfig, encoder, pairs: TensorPairs, world_dir: Path
 
 
 def _finetune(config: DemoConfig, run: Run, pairs: TensorPairs, out: Path, base_path: Path, labelled,
-              vocabulary: str, rendered=None) -> dict:
+              vocabulary: str, rendered=None, local_editor=None) -> dict:
     """One fine-tune: `config.finetune` with what the demo sets and `run`'s arm's delta, exported to
-    `run.model_file(out, ".pt")`; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`."""
+    `run.model_file(out, ".pt")`; `rendered`: None, or a callable giving the ceiling arm's `RenderedNegatives`;
+    `local_editor`: None, or a callable giving the local arms' shared editor (`lace.demo.local_editor_stage`)."""
     # the pairs come decoded; `data` names the world they are from (the editor's fidelity is measured on its scenes)
     train_config = variant_config(with_changes(config.finetune.train_config(
         model=config.model, output=str(run.run_folder(out)), batch_size=config.batch_size, pretrained=str(base_path),
@@ -472,6 +496,7 @@ def _finetune(config: DemoConfig, run: Run, pairs: TensorPairs, out: Path, base_
         {"warmup_steps": _warmup_steps(config)}), run.arm)
     editor = build_editor(labelled, train_config.negatives.edit) if train_config.arm.uses_counterfactuals else None
     result = train(train_config, editor=editor, dataset=pairs, progress=config.progress,
-                   rendered=rendered() if rendered is not None else None)
+                   rendered=rendered() if rendered is not None else None,
+                   local_editor=local_editor() if local_editor is not None else None)
     export_run(result.run_dir, run.model_file(out, ".pt"), overwrite=True)
     return {"steps": result.steps, "last_metrics": result.last_metrics, "train_config": config_to_dict(train_config)}
