@@ -50,12 +50,13 @@ def test_runs_go_arm_by_arm_or_seed_by_seed():
 
 def test_a_variant_sets_fields_of_the_arm_part_and_nothing_a_grounds_user_sets_but_an_editor_knob():
     """The grounds leave the arm part out of what their users set: a variant's row must stay inside it (an editor's
-    knob, the edit kinds of LACE without rebind, is the one nested change a row may make)."""
+    knob, such as the edit kinds of LACE without rebind or the local editor's operator and symmetric kind, is the
+    one nested change a row may make)."""
     arm_fields = set(ArmConfig.__dataclass_fields__)
     for name, changes in VARIANTS.items():
         switches = {key for key, value in changes.items() if not isinstance(value, dict)}
         assert switches <= arm_fields, name
-        assert {key for key, value in changes.items() if isinstance(value, dict)} <= {"edit"}, name
+        assert {key for key, value in changes.items() if isinstance(value, dict)} <= {"edit", "local"}, name
     assert {"counterfactual_captions", "local_image_negatives", "edited_rows_train_text"} <= arm_fields
 
 
