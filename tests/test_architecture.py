@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
 )
 RANK = {room: rank for rank, rooms in enumerate(LAYERS) for room in rooms}
-LONG_FUNCTION_LINES = 80
+LONG_FUNCTION_LINES = 60
 REASON_MARK = "# long:"
 
 

@@ -114,14 +114,39 @@ class FidelityConfig:
 
 
 
-def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
-    """Every figure of the fidelity tables, as a JSON-ready dict."""
+def _check(config: FidelityConfig) -> None:
+    """Refuse a test split, an unknown method or an impossible pooled setting, naming the field."""
     if config.split.startswith("test"):
         raise input_error("FidelityConfig", "split", "a training or validation split (never test)", config.split)
     unknown = [m for m in config.methods if m not in METHODS]
     if unknown:
         raise input_error("FidelityConfig", "methods", f"names from {list(METHODS)}", unknown)
     check_pooled(config.pooled, config.dictionary)
+
+
+def _measure_text(encoder, config: FidelityConfig, names: list[str], chosen: list[dict], data: dict, log) -> dict:
+    """Per text layer, the caption-side swaps of the `chosen` swap-attribute items against their rendered negatives
+    (`data`: the family's `v_pos`, `v_neg`, (N, d))."""
+    concept_ids = single_token_ids(encoder.tokenize, names)
+    tokens = encoder.tokenize([item["caption"] for item in chosen])
+    v_pos, v_neg = data["v_pos"], data["v_neg"]
+    figures = {}
+    for layer in config.text_layers:
+        edited, valid = caption_swap_negatives(encoder.model, tokens, concept_ids, layer)
+        edited, valid = edited[:, 0], valid[:, 0]
+        figures[layer] = {
+            "valid_share": mean_or_none(valid),
+            "direction_agreement": mean_or_none(F.cosine_similarity(edited - v_pos, v_neg - v_pos, dim=-1)[valid]),
+            "cos_edit_rendered": mean_or_none((edited * v_neg).sum(-1)[valid]),
+            "cos_original_rendered": mean_or_none((v_pos * v_neg).sum(-1)[valid]),
+        }
+        log(f"[text {layer}] {figures[layer]}")
+    return figures
+
+
+def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
+    """Every figure of the fidelity tables, as a JSON-ready dict."""
+    _check(config)
     # loaded before the long local measurements, so a bad folder fails at once
     labelled = (load_labelled_dictionary(config.dictionary)
                 if any(name in DICTIONARY_METHODS for name in config.pooled) else None)
@@ -161,20 +186,7 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
             results["image"][layer] = _measure_layer(clip, config, layer, train_pixels, train_captions, vocabulary,
                                                      names, families, data, scenes, world_config, log, train_scenes,
                                                      (raw_pixels, normalise, prototypes), probe)
-        concept_ids = single_token_ids(encoder.tokenize, names)
-        chosen = families["swap_attribute"]
-        tokens = encoder.tokenize([item["caption"] for item in chosen])
-        v_pos, v_neg = data["swap_attribute"]["v_pos"], data["swap_attribute"]["v_neg"]
-        for layer in config.text_layers:
-            edited, valid = caption_swap_negatives(clip, tokens, concept_ids, layer)
-            edited, valid = edited[:, 0], valid[:, 0]
-            results["text"][layer] = {
-                "valid_share": mean_or_none(valid),
-                "direction_agreement": mean_or_none(F.cosine_similarity(edited - v_pos, v_neg - v_pos, dim=-1)[valid]),
-                "cos_edit_rendered": mean_or_none((edited * v_neg).sum(-1)[valid]),
-                "cos_original_rendered": mean_or_none((v_pos * v_neg).sum(-1)[valid]),
-            }
-            log(f"[text {layer}] {results['text'][layer]}")
+        results["text"] = _measure_text(encoder, config, names, families["swap_attribute"], data["swap_attribute"], log)
         if config.pooled:
             results["pooled"] = measure_pooled(config.pooled, labelled, families, scenes, data, config.seed, log)
     return results

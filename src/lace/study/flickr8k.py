@@ -106,10 +106,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     measure = partial(_measure, config, inputs, editor)
 
     # 3. geometry and brittleness of the base ---------------------------------------------
-    measure_key = stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
-                            config.items_per_kind, config.neighbours, inputs.zeroshot_task.summary(),
-                            config.zeroshot_root, config.zeroshot_classnames, config.zeroshot_templates,
-                            PHRASE_SWAPS_VERSION)
+    measure_key = _measure_key(config, dictionary_key, inputs)
     base_figures = runner.run("base-geometry", measure_key, measure)
 
     # 5. edit retrieval and the edit grid --------------------------------------------------
@@ -125,10 +122,7 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
         "config": dataclasses.asdict(config),
         "data": {name: {"images": len(s.image_paths), "captions": len(s.captions)} for name, s in splits.items()},
         "throughput": inputs.throughput,
-        "bank": {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()),
-                 "items": len(texts.items), "rule_brittleness_texts": len(texts.brittle_texts),
-                 "phrase_swap_items": {kind: sum(item["kind"] == kind for item in inputs.phrase_swaps.items)
-                                       for kind in PHRASE_SWAP_KINDS}},
+        "bank": _bank_counts(inputs),
         "base": base, "base_settings": dataclasses.asdict(base_settings),
         "finetune_settings": dataclasses.asdict(settings), "base_figures": base_figures, "dictionary": dictionary,
         "edit_retrieval": transplants, "edit_grids": edit_grids, "zeroshot_task": inputs.zeroshot_task.summary(),
@@ -139,6 +133,22 @@ def run_flickr8k_study(config: StudyConfig, log=print) -> dict:
     atomic_write_json(out / "results.json", results)
     write_study_report(results, out)
     return results
+
+
+def _measure_key(config: StudyConfig, dictionary_key: str, inputs: _StudyInputs) -> str:
+    """The key of every measurement: the dictionary's, and each setting a figure reads."""
+    return stage_key(dictionary_key, config.edit.n_edits, config.edit, config.rule_brittleness_captions,
+                     config.items_per_kind, config.neighbours, inputs.zeroshot_task.summary(), config.zeroshot_root,
+                     config.zeroshot_classnames, config.zeroshot_templates, PHRASE_SWAPS_VERSION)
+
+
+def _bank_counts(inputs: _StudyInputs) -> dict:
+    """How many captions the study encoded once: the bank, the training negatives, the items of each family."""
+    texts = inputs.texts
+    return {"texts": len(texts.bank), "train_negatives": int(texts.negative_valid.sum()), "items": len(texts.items),
+            "rule_brittleness_texts": len(texts.brittle_texts),
+            "phrase_swap_items": {kind: sum(item["kind"] == kind for item in inputs.phrase_swaps.items)
+                                  for kind in PHRASE_SWAP_KINDS}}
 
 
 @dataclass
