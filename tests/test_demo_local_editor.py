@@ -5,6 +5,7 @@ from dataclasses import replace
 import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
+from lace.config import with_changes
 from lace.demo import DemoConfig
 from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.demo.local_editor_stage import edits_locally, fit_shared_editor, load_shared_editor
@@ -16,7 +17,7 @@ from lace.experiment.variants import CHOSEN_BEST, with_caption_negatives
 
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16, threads=1,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=replace(DEMO_FINETUNE, steps=3, local=replace(DEMO_FINETUNE.local, fit_images=120)),
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "local": {"fit_images": 120}}),
                   progress=False)
 
 
@@ -29,7 +30,7 @@ def test_a_local_arm_trained_with_the_shared_editor_matches_one_that_fits_its_ow
     coco = world_pairs(foundation.world_dir, "train", "coco", load_encoder(TINY.model))
     labelled = load_labelled_dictionary(foundation.dictionary_dir)
     path = tmp_path / "editor.pt"
-    fitted = fit_shared_editor(TINY.finetune.local, TINY.model, foundation.base_path, coco, foundation.vocabulary, 0,
+    fitted = fit_shared_editor(TINY.finetune.negatives.local, TINY.model, foundation.base_path, coco, foundation.vocabulary, 0,
                                path)
     assert fitted["fit_images"] == 120 and path.is_file() and fitted["concepts"]
     made = {}
@@ -52,3 +53,6 @@ def test_only_the_arms_that_edit_inside_the_image_tower_take_the_shared_editor()
     assert edits_locally(CHOSEN_BEST) and edits_locally(with_caption_negatives(CHOSEN_BEST))
     assert edits_locally("LACE-local")
     assert not any(edits_locally(arm) for arm in ("plain", "caption negatives", "LACE", "ceiling (rendered swaps)"))
+    # an arm with local knobs of its own fits its own editor
+    assert not edits_locally("LACE-local pairs + real-image negative, learnt operator")
+    assert not edits_locally("LACE-local symmetric pairs (round trip)")

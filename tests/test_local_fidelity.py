@@ -38,7 +38,7 @@ def test_fidelity_reports_each_layer_with_its_random_control(world):
     encoder = load_encoder("lace-micro-rn-32").eval()
     config = FidelityConfig(world=str(world), layers=("layer1",), methods=("recolour_regression", "learnt_recolour"),
                             text_layers=("block0",), n_items=10, n_train=60, n_probe=12, renderer_masks=True,
-                            learnt=LearntOperatorConfig(hidden=8, steps=5, rows_per_pair=16, batch_size=32))
+                            learnt=LearntOperatorConfig(hidden=8, steps=5, rows_per_pair=16, positions_per_step=32))
     results = measure_fidelity(encoder, config, log=lambda *_: None)
     json.dumps(results)  # written as fidelity.json
     assert 0 <= results["rendered_probe_auc"] <= 1

@@ -29,7 +29,7 @@ from lace.train.config import train_config
 from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
-FAST = LearntOperatorConfig(hidden=16, steps=20, rows_per_pair=64, batch_size=64)
+FAST = LearntOperatorConfig(hidden=16, steps=20, rows_per_pair=64, positions_per_step=64)
 LEARNT = LocalEditConfig(layer="block1", locate_layer="block0", fit_images=24, operator="learnt", learnt=FAST)
 ARM = "LACE-local pairs + real-image negative, learnt operator"
 
@@ -111,7 +111,7 @@ def test_the_network_learns_a_change_the_ridge_cannot():
     stacked = torch.zeros(n_concepts * n_concepts, inputs.shape[1] + 1, channels)
     for weight in (0.0, 0.1):
         operator = LearntRecolour(LearntOperatorConfig(hidden=32, steps=300, adversarial_weight=weight, lr=3e-3,
-                                                       batch_size=256), window=window)
+                                                       positions_per_step=256), window=window)
         operator.n_concepts_ = n_concepts
         network = operator._train(stacked, pair, inputs, change)
         assert isinstance(network, RecolourNetwork)

@@ -142,7 +142,7 @@ def test_an_editor_saved_as_plain_tensors_makes_the_same_edits(world, operator):
     captions = [list(record.captions) for record in data.records[:24]]
     vocabulary = load_vocabulary(world / "vocabulary.yaml")
     if operator in ("recolour", "learnt"):  # the training default, and the learnt operator
-        local = replace(LOCAL, operator=operator, learnt=LearntOperatorConfig(hidden=8, steps=5, batch_size=32))
+        local = replace(LOCAL, operator=operator, learnt=LearntOperatorConfig(hidden=8, steps=5, positions_per_step=32))
         editor = build_local_editor(local, encoder.model, pixels, captions, encoder.preprocess.transforms[-1],
                                     vocabulary)
     else:  # Gaussian transport with covariances, few enough positions needed for 24 tiny images

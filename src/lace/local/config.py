@@ -30,12 +30,12 @@ class LearntOperatorConfig:
     """Adam learning rate of the operator and of its discriminator."""
     rows_per_pair: int = 512
     """Positions per ordered concept pair kept for the fit (drawn once, seeded)."""
-    batch_size: int = 512
+    positions_per_step: int = 512
     """Positions per optimiser step."""
 
     def validate(self, where: str = "local edit config") -> LearntOperatorConfig:
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
-        for name in ("hidden", "steps", "rows_per_pair", "batch_size"):
+        for name in ("hidden", "steps", "rows_per_pair", "positions_per_step"):
             if getattr(self, name) < 1:
                 raise input_error(where, f"learnt.{name}", "a positive integer", getattr(self, name))
         if self.adversarial_weight < 0 or not self.lr > 0:

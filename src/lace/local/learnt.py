@@ -163,7 +163,7 @@ class LearntRecolour:
         critic_loss = torch.zeros(())
         with torch.enable_grad():  # a fit called under no_grad (a measurement) still trains
             for _ in range(config.steps):
-                rows = torch.randint(len(pair), (config.batch_size,), generator=batches)
+                rows = torch.randint(len(pair), (config.positions_per_step,), generator=batches)
                 codes, order = pair[rows].sort(stable=True)
                 rows = rows[order]
                 predicted = network(inputs[rows], codes)
