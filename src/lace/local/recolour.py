@@ -157,13 +157,15 @@ def move_near_object(change_of, features: Tensor, grid: tuple[int, int], coverag
 
 def recolour_examples(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, normalise,
                       reader: PositionConceptReader, prototypes: Tensor, locate_layer: str | None = None,
-                      window: int = 3, min_coverage: float = 0.02, batch_size: int = 500):
+                      window: int = 3, min_coverage: float = 0.02, batch_size: int = 500,
+                      own_targets: Tensor | None = None):
     """The tower's own counterfactuals at `layer`: for each source concept a and target b, the `window`
     neighbourhoods (n, D) of the positions near the objects the reader finds as a (one object per image), and
     their change (n, C) when a grey-preserving colour map repaints a as b. Yields (a, b, neighbourhoods, change),
     the neighbourhoods one tensor for every b of an a.
 
-    raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1].
+    raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1];
+    own_targets (G, 3): instead of the other concepts, one target colour per source a, yielded as concept G + a.
     """
     split = ImageTowerSplit(clip, layer)
 
@@ -187,9 +189,9 @@ def recolour_examples(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, nor
         which = has[rows].float().argmax(dim=1)
         near = halo(objects.coverage[rows, which], grid) > min_coverage  # (n, P)
         inputs = described[rows][near]
-        for target in range(len(prototypes)):
-            if target == source:
-                continue
-            colour_map = grey_preserving_map(prototypes[source].cpu(), prototypes[target].cpu()).to(raw_pixels)
+        targets = ([(target, prototypes[target]) for target in range(len(prototypes)) if target != source]
+                   if own_targets is None else [(len(prototypes) + source, own_targets[source])])
+        for target, colour in targets:
+            colour_map = grey_preserving_map(prototypes[source].cpu(), colour.cpu()).to(raw_pixels)
             repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
             yield source, target, inputs, (features_of(repainted) - original[rows])[near]

@@ -28,11 +28,10 @@ from lace.concepts.vocabulary import Vocabulary
 from lace.local.build import recolour_prototypes
 from lace.local.config import SYMMETRIC_KINDS, LocalEditConfig
 from lace.local.editor import EditSlots, LocalImageEditor, LocalNegatives
-from lace.local.objects import FoundObjects, find_objects, resize_objects
+from lace.local.objects import FoundObjects
 from lace.local.reader import PositionConceptReader
-from lace.local.recolour import RecolourRegression, grey_preserving_map, halo
-from lace.local.towers import ImageTowerSplit, region_features
-from lace.local.transport import neighbourhoods
+from lace.local.recolour import RecolourRegression, recolour_examples
+from lace.local.towers import ImageTowerSplit
 from lace.row_random import Randomness
 
 SHADE_LIGHTEN = 0.25
@@ -159,39 +158,10 @@ def fit_shade_regression(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, 
     training images, features before and after at `layer`, ridge on each position's neighbourhood) for these G
     pairs only. raw_pixels (N, 3, H, W) in [0, 1]; prototypes (G, 3) RGB in [0, 1]."""
     regression = RecolourRegression()
-    split = ImageTowerSplit(clip, layer)
-
-    def features_of(raw: Tensor) -> Tensor:
-        with torch.no_grad():
-            return torch.cat([split.regions(split.lower(normalise(raw[i:i + batch_size])))
-                              for i in range(0, len(raw), batch_size)])
-
-    original = features_of(raw_pixels)
-    grid, locate = split.grid, locate_layer or layer
-    located, located_grid = (original, grid) if locate == layer else region_features(
-        clip, normalise(raw_pixels), locate, batch_size)
-    objects = resize_objects(find_objects(reader, located), located_grid, grid)
-    described = neighbourhoods(original, grid, regression.window)
-    n_concepts = len(prototypes)
-    lighter = shade_prototypes(prototypes, lighten)
-    regression.n_concepts_, regression.weights_, regression.counts_ = 2 * n_concepts, {}, {}
-    regression._stacked_weights = None
-    for source in range(n_concepts):
-        has = (objects.concept == source) & objects.valid  # (N, n)
-        rows = has.any(dim=1).nonzero().squeeze(1)
-        if len(rows) == 0:
-            continue
-        near = halo(objects.coverage[rows, has[rows].float().argmax(dim=1)], grid) > regression.min_coverage
-        inputs = torch.cat([described[rows][near], described.new_ones(int(near.sum()), 1)], dim=1).double()
-        gram = inputs.T @ inputs
-        penalty = regression.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64,
-                                                                        device=gram.device)
-        colour_map = grey_preserving_map(prototypes[source].cpu(), lighter[source].cpu()).to(raw_pixels)
-        repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
-        change = (features_of(repainted) - original[rows])[near].double()
-        regression.weights_[source, n_concepts + source] = torch.linalg.solve(gram + penalty, inputs.T @ change).float()
-        regression.counts_[source, n_concepts + source] = int(near.sum())
-    return regression
+    examples = recolour_examples(clip, layer, raw_pixels, normalise, reader, prototypes, locate_layer,
+                                 regression.window, regression.min_coverage, batch_size,
+                                 own_targets=shade_prototypes(prototypes, lighten))
+    return regression.fit_examples(examples, 2 * len(prototypes))
 
 
 __all__ = ["SHADE_LIGHTEN", "SYMMETRIC_KINDS", "SymmetricNegatives", "build_shade_regression", "counterpart_steps", "fit_shade_regression",
