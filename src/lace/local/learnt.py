@@ -64,6 +64,9 @@ class RecolourNetwork(nn.Module):
         self.out = nn.Linear(hidden, channels)
         nn.init.zeros_(self.out.weight)  # the fit starts from the ridge regression
         nn.init.zeros_(self.out.bias)
+        # the pairs the ridge learnt (a grey source on photographs never is): the network, never trained on the
+        # others, adds nothing to them, so they stay unmoved as the ridge leaves them
+        self.register_buffer("learnt_pairs", stacked.detach().flatten(1).abs().amax(1) > 0, persistent=False)
 
     def residual(self, inputs: Tensor, pair: Tensor) -> Tensor:
         """(K, D), (K,) -> (K, C) what the network adds to the ridge's change."""
@@ -73,7 +76,8 @@ class RecolourNetwork(nn.Module):
         return self.out(F.gelu(self.second(hidden)))
 
     def forward(self, inputs: Tensor, pair: Tensor) -> Tensor:
-        return self.ridge(inputs, pair) + self.residual(inputs, pair)
+        known = self.learnt_pairs[pair].to(inputs.dtype)[:, None]  # (K, 1)
+        return self.ridge(inputs, pair) + self.residual(inputs, pair) * known
 
 
 class PositionDiscriminator(nn.Module):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lace.local.objects import find_objects, resize_objects
+from lace.local.objects import FoundObjects, find_objects, resize_objects
 from lace.local.reader import PositionConceptReader
 from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import neighbourhood_rows, neighbourhoods
@@ -159,10 +159,7 @@ def recolour_examples(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, nor
                       reader: PositionConceptReader, prototypes: Tensor, locate_layer: str | None = None,
                       window: int = 3, min_coverage: float = 0.02, batch_size: int = 500,
                       own_targets: Tensor | None = None):
-    """The tower's own counterfactuals at `layer`: for each source concept a and target b, the `window`
-    neighbourhoods (n, D) of the positions near the objects the reader finds as a (one object per image), and
-    their change (n, C) when a grey-preserving colour map repaints a as b. Yields (a, b, neighbourhoods, change),
-    the neighbourhoods one tensor for every b of an a.
+    """The tower's own counterfactuals at `layer` of an open_clip image tower (`colour_map_examples`).
 
     raw_pixels (N, 3, H, W) in [0, 1]; normalise: raw -> model input; prototypes (G, 3) RGB in [0, 1];
     own_targets (G, 3): instead of the other concepts, one target colour per source a, yielded as concept G + a.
@@ -180,8 +177,28 @@ def recolour_examples(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, nor
     located, located_grid = (original, grid) if locate == layer else region_features(
         clip, normalise(raw_pixels), locate, batch_size)
     objects = resize_objects(find_objects(reader, located), located_grid, grid)
+    yield from colour_map_examples(features_of, raw_pixels, original, objects, grid, prototypes, window,
+                                   min_coverage, own_targets)
+
+
+def colour_map_examples(features_of, raw_pixels: Tensor, original: Tensor, objects: FoundObjects,
+                        grid: tuple[int, int], prototypes: Tensor, window: int = 3, min_coverage: float = 0.02,
+                        own_targets: Tensor | None = None):
+    """The tower's own counterfactuals at a cut: for each source concept a and target b, the `window`
+    neighbourhoods (n, D) of the positions near the objects found as a (one object per image), and their change
+    (n, C) when a grey-preserving colour map repaints a as b. Yields (a, b, neighbourhoods, change), the
+    neighbourhoods one tensor for every b of an a.
+
+    features_of: raw pixels (n, 3, H, W) in [0, 1] -> (n, P, C) region features at the cut, without gradient;
+    original (N, P, C) = features_of(raw_pixels); objects: those found on them (on the cut's grid);
+    prototypes (G, 3) RGB in [0, 1], NaN for a concept without a colour: a concept without one, or a grey one (no
+    grey-preserving map can tell it from grey backgrounds), is never a source, and one without a colour never a
+    target; own_targets (G, 3): instead of the other concepts, one target colour per source a, yielded as G + a.
+    """
     described = neighbourhoods(original, grid, window)
     for source in range(len(prototypes)):
+        if not paintable(prototypes[source]):
+            continue
         has = (objects.concept == source) & objects.valid  # (N, n)
         rows = has.any(dim=1).nonzero().squeeze(1)
         if len(rows) == 0:
@@ -189,9 +206,18 @@ def recolour_examples(clip: torch.nn.Module, layer: str, raw_pixels: Tensor, nor
         which = has[rows].float().argmax(dim=1)
         near = halo(objects.coverage[rows, which], grid) > min_coverage  # (n, P)
         inputs = described[rows][near]
-        targets = ([(target, prototypes[target]) for target in range(len(prototypes)) if target != source]
+        targets = ([(target, prototypes[target]) for target in range(len(prototypes))
+                    if target != source and not prototypes[target].isnan().any()]
                    if own_targets is None else [(len(prototypes) + source, own_targets[source])])
         for target, colour in targets:
             colour_map = grey_preserving_map(prototypes[source].cpu(), colour.cpu()).to(raw_pixels)
             repainted = torch.einsum("ij,njhw->nihw", colour_map, raw_pixels[rows]).clamp(0, 1)
             yield source, target, inputs, (features_of(repainted) - original[rows])[near]
+
+
+def paintable(colour: Tensor) -> bool:
+    """Whether a grey-preserving colour map can repaint (3,) RGB `colour`: it is known (not NaN) and not grey."""
+    if colour.isnan().any():
+        return False
+    grey = torch.ones(3, dtype=colour.dtype, device=colour.device) / 3**0.5
+    return bool((colour - (colour @ grey) * grey).norm() >= 1e-6)

@@ -11,7 +11,7 @@ from typing import ClassVar
 from lace.edits.config import EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
-from lace.experiment.variants import check_variants
+from lace.experiment.variants import VARIANTS, check_variants
 from lace.local.config import LocalEditConfig
 from lace.train.config import NegativesConfig, OptimConfig, RunConfig, TrainConfig
 
@@ -160,12 +160,23 @@ def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
     return replace(finetune, hidden_dim=base.hidden_dim, dropout=base.dropout, embed_dim=base.embed_dim)
 
 
+def _tops_local_knobs(local: dict) -> bool:
+    """Whether an arm's own local knobs (its `local` mapping in `VARIANTS`) are ones the tower tops serve: artefact
+    symmetry of kind round_trip or no_op (the nuisance shade needs the shapes world's palette) and the learnt
+    operator (fitted on the training photographs), nothing else."""
+    serves = {"symmetric": ("round_trip", "no_op"), "operator": ("learnt",)}
+    return bool(local) and all(value in serves.get(knob, ()) for knob, value in local.items())
+
+
 TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives", "paired-caption directions",
             "LACE-local", "LACE-local + caption negatives", "LACE-local pairs", "LACE-local pairs + column",
             "LACE-local pairs + caption negatives", "LACE-local pairs + real-image negative",
             "LACE-local pairs + real-image negative + caption negatives", "LACE-local image-side pairs",
-            "LACE-local image-side pairs + caption negatives")
-"""Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order."""
+            "LACE-local image-side pairs + caption negatives") + tuple(
+    name for name, changes in VARIANTS.items() if _tops_local_knobs(changes.get("local", {})))
+"""Every arm the tower tops can train (names of `lace.experiment.variants.VARIANTS`), in the report's order: the
+arms without local knobs of their own, then every arm whose local knobs the tops serve (artefact-symmetric pairs,
+round trip or no-op; the learnt operator), chosen by those knobs, not by name."""
 
 @dataclass(frozen=True)
 class TopsFinetune:

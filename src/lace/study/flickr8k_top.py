@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torchvision import transforms
 
+from lace.data.dataset import ImageRows
 from lace.data.flickr8k import read_flickr8k
 from lace.encoders.towers import (
     TokenStates,
@@ -21,8 +23,11 @@ from lace.encoders.towers import (
     cached_image_top_features,
     cached_text_top_features,
     encode_captions,
+    image_tower,
 )
+from lace.encoders.towers.top import image_below_top
 from lace.eval.metrics import retrieval_recall
+from lace.local.cut_recolour import CutPhotographs, photo_prototypes
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures, split_rows
 from lace.study.heads import fresh_heads, train_on_features
@@ -69,6 +74,21 @@ def top_splits(data: str, cache: str, encoder: TowersDualEncoder, progress: bool
     tokens = cached_text_top_features(encoder, dataset.captions, cache, progress=progress)
     return {name: TopSplit(name, np.asarray(maps[rows]), tokens, keep, owner)
             for name, (rows, keep, owner) in split_rows(dataset).items()}
+
+
+def cut_photographs(data: str, split: str, count: int, colour_names: list[str],
+                    encoder: TowersDualEncoder | None = None) -> CutPhotographs:
+    """The first `count` photographs of a Flickr8k split as the cached maps were made from them (decoded, resized and
+    cropped as the cache's extraction does), in [0, 1], with the image tower below the cut (normalisation included)
+    and the RGB prototypes of `colour_names`: what the learnt map operator learns from
+    (`lace.local.cut_recolour.fit_cut_operator`)."""
+    dataset = read_flickr8k(data)
+    rows = split_rows(dataset)[split][0][:count]
+    steps = image_tower.eval_transform().transforms
+    raw_rows = ImageRows(dataset, transforms.Compose(steps[:-1]), rows, draft=image_tower.RESIZE_SIZE)
+    raw = torch.stack([raw_rows[i] for i in range(len(raw_rows))])  # (N, 3, 224, 224) in [0, 1]
+    model, normalise = (encoder or TowersDualEncoder()).eval().image_tower.model, steps[-1]
+    return CutPhotographs(raw, lambda pixels: image_below_top(model, normalise(pixels)), photo_prototypes(colour_names))
 
 
 def _maps(split: TopSplit, rows) -> torch.Tensor:
@@ -122,4 +142,4 @@ def base_images(n_train: int, share: float, seed: int = 0) -> tuple[np.ndarray, 
     return np.sort(permuted[:cut]), np.sort(permuted[cut:])
 
 
-__all__ = ["TopSplit", "base_images", "embed_top_split", "heads_base", "pooled_features", "recall_of", "top_splits"]
+__all__ = ["TopSplit", "base_images", "cut_photographs", "embed_top_split", "heads_base", "pooled_features", "recall_of", "top_splits"]

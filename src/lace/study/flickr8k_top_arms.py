@@ -48,6 +48,8 @@ from lace.experiment.variants import ROLE_NAMES, ROLES, variant_config
 from lace.experiment.zeroshot import folder_zeroshot
 from lace.io import atomic_write_json, atomic_write_text
 from lace.local.codes import LocalConceptCodes
+from lace.local.config import LocalEditConfig
+from lace.local.cut_recolour import fit_cut_operator
 from lace.local.editor import group_mentions
 from lace.local.maps import MapEditor, fit_map_editor, regions_of
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
@@ -57,6 +59,7 @@ from lace.study.flickr8k import MARKER, prepare_study_folder
 from lace.study.flickr8k_top import (
     TopSplit,
     base_images,
+    cut_photographs,
     embed_top_split,
     heads_base,
     recall_of,
@@ -105,7 +108,9 @@ class ArmSources:
         vocabulary = load_vocabulary(config.vocabulary)
         self.rules = RuleNegatives(vocabulary, config.finetune.negatives.rule_negative_kinds)  # the training negatives' kinds
         self.items_rules = RuleNegatives(vocabulary)  # every kind, for the measured items
-        self._negatives = self._editor = self._map_editor = None
+        self._negatives = self._editor = None
+        self.map_editors: dict[str, tuple[MapEditor, dict]] = {}
+        """Each map editor fitted so far and its figures, by its operator (`editor_kind`)."""
 
     def pairs(self, top: TowersTop) -> TopPairs:
         """The fine-tune images as `TopPairs` of `top`: the cached token states of one rule-made negative per caption,
@@ -129,11 +134,15 @@ class ArmSources:
             self._editor = build_editor(load_labelled_dictionary(self.out / "models" / "dictionary"), self.config.finetune.negatives.edit)
         return self._editor
 
-    def map_editor(self) -> MapEditor:
-        if self._map_editor is None:
-            self._map_editor, _ = fit_local_sources(self.splits["train"], self.splits["val"], self.captions,
-                                                    load_vocabulary(self.config.vocabulary), self.config, self.log)
-        return self._map_editor
+    def map_editor(self, local: LocalEditConfig) -> tuple[MapEditor, dict]:
+        """The map editor of `local`'s operator (the Gaussian transport, or the learnt recolouring fitted on the first
+        `local.fit_images` training photographs) and its figures, fitted once per study."""
+        kind = editor_kind(local)
+        if kind not in self.map_editors:
+            self.map_editors[kind] = fit_local_sources(self.splits["train"], self.splits["val"], self.captions,
+                                                       load_vocabulary(self.config.vocabulary), self.config, self.log,
+                                                       local)
+        return self.map_editors[kind]
 
     def inputs(self, top: TowersTop, train_config: TrainConfig) -> dict:
         """The `lace.train.train` inputs of one fine-tune of `top`."""
@@ -141,8 +150,13 @@ class ArmSources:
         if train_config.arm.uses_counterfactuals:
             inputs["editor"] = self.editor()
         if train_config.arm.local_image_negatives:
-            inputs["local_editor"] = self.map_editor()
+            inputs["local_editor"], _ = self.map_editor(train_config.negatives.local)
         return inputs
+
+
+def editor_kind(local: LocalEditConfig) -> str:
+    """Which map editor an arm's local edits use: `learnt` (the learnt recolouring) or `transport` (Gaussian)."""
+    return "learnt" if local.operator == "learnt" else "transport"
 
 
 def captions_per_image(split: TopSplit, captions: list[str]) -> list[list[str]]:
@@ -151,13 +165,20 @@ def captions_per_image(split: TopSplit, captions: list[str]) -> list[list[str]]:
 
 
 def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocabulary, config: TopsStudyConfig,
-                      log=print) -> tuple[MapEditor, dict]:
+                      log=print, local: LocalEditConfig | None = None) -> tuple[MapEditor, dict]:
     """The map editor of the local group fitted on the training images, and its figures: the share of validation
-    images with a valid edit per slot, the reader's fit, and the local codes' alignment."""
-    started, group, n_edits = time.perf_counter(), config.finetune.negatives.local.group, config.finetune.negatives.local.n_edits
+    images with a valid edit per slot, the reader's fit, and the local codes' alignment. local: the arm's local
+    edits (default: the fine-tune's); with operator learnt the operator is the learnt recolouring, fitted on the
+    first `local.fit_images` training photographs (`cut_photographs`) with the editor's reader."""
+    local = local or config.finetune.negatives.local
+    started, group, n_edits = time.perf_counter(), local.group, local.n_edits
     mentions, names = group_mentions(vocabulary, group, captions_per_image(train, captions))
     maps = torch.from_numpy(np.asarray(train.image_maps))
-    editor = fit_map_editor(maps, mentions, names, seed=0)
+    operator_fit = None
+    if local.operator == "learnt":
+        photographs = cut_photographs(config.data, "train", local.fit_images, names)
+        operator_fit = partial(fit_cut_operator, photographs, config=local.learnt, seed=0)
+    editor = fit_map_editor(maps, mentions, names, seed=0, operator_fit=operator_fit)
     shares = []
     for start in range(0, len(val.image_maps), 500):
         edits = editor.edit(torch.from_numpy(np.asarray(val.image_maps[start:start + 500])), n_edits)
@@ -171,8 +192,13 @@ def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocab
                "val_valid_share": {f"slot{m} ({kind})": float(valid[:, m].mean()) for m, kind in enumerate(edits.kinds)},
                "val_any_valid_share": float(valid.any(dim=1).float().mean()),
                "local_codes": {"fvu": codes.fvu(regions_of(maps[1::8])), **codes.summary()},
-               "seconds": time.perf_counter() - started}
-    log(f"local editor ({group}): valid share on val {figures['val_valid_share']} ({figures['seconds']:.0f}s)")
+               "operator": editor_kind(local), "seconds": time.perf_counter() - started}
+    if operator_fit is not None:
+        learnt = editor.editor.transport
+        figures["learnt_operator"] = {**learnt.fit_figures_, "fit_images": len(photographs.raw),
+                                      "pairs_learnt": int(learnt.network_.learnt_pairs.sum())}
+    log(f"local editor ({group}, {editor_kind(local)}): valid share on val {figures['val_valid_share']} "
+        f"({figures['seconds']:.0f}s)")
     return editor, figures
 
 
@@ -276,12 +302,7 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     figures_by_arm.update(by_arm(arms.results(results, config.split)))
     seconds = {arm: [trained["seconds"] for trained in runs_of_arm]
                for arm, runs_of_arm in by_arm(arms.results(results)).items()}
-    if sources._map_editor is not None or any(variant_config(TrainConfig(), a).arm.local_image_negatives
-                                              for a in config.arms):
-        figures["local_editor"] = runner.run("local-editor", stage_key(base_key, config_to_dict(config.finetune.negatives.local)),
-                                             lambda: fit_local_sources(splits["train"], splits["val"], captions,
-                                                                       load_vocabulary(config.vocabulary), config,
-                                                                       log)[1])
+    figures.update(_local_editor_figures(runner, config, base_key, sources))
     metrics = METRICS + tuple(k for k in figures_by_arm["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
     result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
               "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
@@ -290,6 +311,24 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     atomic_write_json(out / f"arms-{config.split}.json", result)
     atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
     return result
+
+
+def _local_editor_figures(runner: StageRunner, config: TopsStudyConfig, base_key: str,
+                          sources: ArmSources) -> dict[str, dict]:
+    """The figures of each map editor the study's local arms use (`local_editor`, `local_editor_learnt`), as cached
+    stages (from the editor the arms trained with where it was fitted in this run)."""
+    found: dict[str, dict] = {}
+    for arm in config.arms:
+        train_config = variant_config(config.finetune.train_config(), arm)
+        if not train_config.arm.local_image_negatives:
+            continue
+        local, kind = train_config.negatives.local, editor_kind(train_config.negatives.local)
+        name = "local_editor" if kind == "transport" else f"local_editor_{kind}"
+        if name not in found:
+            settings = config.finetune.negatives.local if kind == "transport" else local  # as keyed before learnt
+            found[name] = runner.run(name.replace("_", "-"), stage_key(base_key, config_to_dict(settings)),
+                                     lambda local=local: sources.map_editor(local)[1])
+    return found
 
 
 def _counts(items: list[dict]) -> dict[str, int]:

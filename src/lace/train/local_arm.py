@@ -104,6 +104,42 @@ def map_negatives(encode_maps, embed_dim: int, editor: MapEditor, maps: Tensor, 
                                len(seeds))
 
 
+class MapImagePass:
+    """The image pass of a LACE-local step on cached tower-top maps with artefact-symmetric counterparts
+    (`lace.local.symmetric`), run as the top's `encode_image_states`: (B, C, H, W) maps -> U (B, d), each row's
+    stand-in (`real_stand_ins`: the counterpart of its first valid slot, the real map where none is valid).
+
+    The maps are edited once (`MapEditor.edit(..., symmetric=kind)`) and the trainable top runs once on the B real
+    maps, the valid edits and their counterparts together, so edit and counterpart share the cut, the operator, the
+    objects and the upper pass. Kept: `negatives` (B, M, d) unit (zeros where not valid), `valid` (B, M),
+    `changes` (`lace.train.pairs.Changes`) and `counterparts` (B, M, d) unit (zeros where not valid).
+
+    encode_maps: the top's (n, C, H, W) -> (n, d); seeds: one per row, as `LocalImagePass` takes them.
+    """
+
+    def __init__(self, encode_maps, embed_dim: int, editor: MapEditor, n_edits: int, seeds: list[int],
+                 symmetric: str):
+        self.encode_maps, self.embed_dim, self.editor = encode_maps, embed_dim, editor
+        self.n_edits, self.seeds, self.symmetric = n_edits, seeds, symmetric
+        self.negatives: Tensor | None = None
+        self.valid: Tensor | None = None
+        self.changes: Changes | None = None
+        self.counterparts: Tensor | None = None
+
+    def __call__(self, maps: Tensor) -> Tensor:
+        edits = self.editor.edit(maps, self.n_edits, generator=RowGenerators(self.seeds), symmetric=self.symmetric)
+        valid = edits.valid.to(maps.device)
+        batch, count = maps.shape[0], int(valid.sum())
+        embedded = self.encode_maps(torch.cat([maps, edits.maps[valid].to(maps.dtype),
+                                               edits.counterparts[valid].to(maps.dtype)]))  # (B + 2 count, d)
+        empty = embedded.new_zeros(*valid.shape, self.embed_dim)
+        self.negatives = empty.index_put((valid,), embedded[batch:batch + count])
+        self.counterparts = empty.index_put((valid,), embedded[batch + count:])
+        self.valid = valid
+        self.changes = slot_changes(edits.kinds, edits.changes, self.editor.concept_names)
+        return real_stand_ins(embedded[:batch], self.counterparts, valid)
+
+
 def group_token_ids(tokenize, vocabulary: Vocabulary, group: str) -> Tensor:
     """(G,) token ids of the group's concept names (-1 for names the tokenizer splits)."""
     return single_token_ids(tokenize, list(vocabulary.groups().get(group, [])))

@@ -1,4 +1,8 @@
-"""The tower-tops path: `TopPairs` (cached maps and token states at the cut) through a trainable `TowersTop`."""
+"""The tower-tops path: `TopPairs` (cached maps and token states at the cut) through a trainable `TowersTop`.
+
+One source may run the image side (`NegativeSource.image_pass`: LACE-local with artefact-symmetric counterparts
+runs the top once on the real maps, the edits and their counterparts), as on pixels.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +35,9 @@ class TopPath(EmbedPath):
     def embed(self, micro: MicroBatch, sources: list) -> None:
         top, pairs, batch = self.run.encoder, self.run.pairs, micro.batch
         micro.maps = batch.maps.to(self.run.device)  # (B, C, H, W), which LACE-local edits
-        micro.U = top.encode_image_states(micro.maps)
+        # a source may run the image side itself (LACE-local with symmetric counterparts: U is the stand-ins)
+        image_pass = next((made for source in sources if (made := source.image_pass(micro)) is not None), None)
+        micro.U = (image_pass or top.encode_image_states)(micro.maps)
         micro.V = encode_captions(top, pairs.token_states, batch.caption_rows)
         micro.scale = top.logit_scale.exp()
         if pairs.caption_texts is not None:
