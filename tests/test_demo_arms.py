@@ -11,6 +11,7 @@ from lace.demo.pipeline import _own_keys
 from lace.errors import LaceInputError
 from lace.experiment.variants import (
     CHOSEN_BEST,
+    VARIANTS,
     ROLES,
     uses_rendered,
     variant_config,
@@ -52,3 +53,11 @@ def test_the_local_pairs_arms_are_keyed_by_the_local_editor_and_the_ceiling_pair
         assert _own_keys(config, arm, "lace") != _own_keys(other, arm, "lace")
     assert _own_keys(config, "ceiling pairs", "lace") == _own_keys(other, "ceiling pairs", "lace") == [None]
     assert uses_rendered("ceiling pairs") and not any(uses_rendered(arm) for arm in PAIRS_ARMS[:3])
+
+
+def test_every_variant_can_be_named_in_a_comma_separated_flag():
+    """`--only-variants` and `--arms` split on commas, so no arm's name may hold one."""
+    from lace.cli import main
+
+    assert not [name for name in VARIANTS if "," in name]
+    assert main(["demo", "--only-variants", "plain,no such arm", "--out", "unused"]) == 2

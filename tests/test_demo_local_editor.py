@@ -54,5 +54,5 @@ def test_only_the_arms_that_edit_inside_the_image_tower_take_the_shared_editor()
     assert edits_locally("LACE-local")
     assert not any(edits_locally(arm) for arm in ("plain", "caption negatives", "LACE", "ceiling (rendered swaps)"))
     # an arm with local knobs of its own fits its own editor
-    assert not edits_locally("LACE-local pairs + real-image negative, learnt operator")
+    assert not edits_locally("LACE-local learnt pairs + real-image negative")
     assert not edits_locally("LACE-local symmetric pairs (round trip)")

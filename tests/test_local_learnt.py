@@ -31,7 +31,7 @@ from tests.distributed_support import assert_same_weights, train_in_two_processe
 
 FAST = LearntOperatorConfig(hidden=16, steps=20, rows_per_pair=64, positions_per_step=64)
 LEARNT = LocalEditConfig(layer="block1", locate_layer="block0", fit_images=24, operator="learnt", learnt=FAST)
-ARM = "LACE-local pairs + real-image negative, learnt operator"
+ARM = "LACE-local learnt pairs + real-image negative"
 
 
 @pytest.fixture(scope="module")

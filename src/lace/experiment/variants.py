@@ -49,7 +49,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "caption_negatives": True},
     # the same with the learnt operator (lace.local.learnt): the ridge's change plus a network trained also
     # against a real-vs-edited discriminator at the layer
-    "LACE-local pairs + real-image negative, learnt operator": {
+    "LACE-local learnt pairs + real-image negative": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "local": {"operator": "learnt"}},
     # the same, image side only: the edits' rows train the image tower, the captions enter them as constants
@@ -66,6 +66,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LACE-local symmetric pairs (round trip) + caption negatives": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "local": {"symmetric": "round_trip"}, "caption_negatives": True},
+    # both fixes together: the round-trip counterpart made by the learnt operator
+    "LACE-local learnt symmetric pairs (round trip)": {
+        "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
+        "local": {"symmetric": "round_trip", "operator": "learnt"}},
     "LACE-local symmetric pairs (nuisance)": {
         "local_image_negatives": True, "edited_image_rows": True, "edited_rows_real_image_negative": True,
         "local": {"symmetric": "nuisance"}},
@@ -84,7 +88,9 @@ ROLES: dict[str, tuple[str, ...]] = {
     "as_specified": ("LACE",),
     "best": ("LACE-local", "LACE-local pairs", "LACE-local pairs + column", "LACE-local pairs + real-image negative",
              "LACE-local image-side pairs", "LACE pairs", "LACE-local symmetric pairs (round trip)",
-             "LACE-local symmetric pairs (nuisance)", "LACE-local symmetric pairs (no-op)"),
+             "LACE-local symmetric pairs (nuisance)", "LACE-local symmetric pairs (no-op)",
+             "LACE-local learnt pairs + real-image negative",
+             "LACE-local learnt symmetric pairs (round trip)"),
     "ceiling": ("ceiling (rendered swaps)", "ceiling pairs"),
 }
 """The part arms play in the targets (`lace.experiment.claims`), role -> the arms that can play it: plain, the
