@@ -218,8 +218,9 @@ class LearntRecolour:
                        state["min_coverage"])
         operator.n_concepts_ = int(state["n_concepts"])
         tensors = state["network"]
-        network = RecolourNetwork(tensors["ridge.weights"], operator.n_concepts_, operator.config.hidden,
-                                  tensors["input_mean"], tensors["input_scale"])
+        with torch.random.fork_rng(devices=[]):  # its layers' initial draws, overwritten below, leave the stream alone
+            network = RecolourNetwork(tensors["ridge.weights"], operator.n_concepts_, operator.config.hidden,
+                                      tensors["input_mean"], tensors["input_scale"])
         network.load_state_dict(tensors)
         operator.network_ = network.eval().requires_grad_(False)
         return operator

@@ -181,7 +181,11 @@ class Trainer:
                                       context.rank, context.world_size),
             collate_fn=self.path.collate, num_workers=config.run.num_workers, pin_memory=self.device.type == "cuda",
         )
-        batches = iter(loader)
+        # A loader's iterator draws its base seed from the global random stream. An uninterrupted run draws it at
+        # its start, before the random state its checkpoints save; a resumed run, whose stream restarts from that
+        # state, must not draw it again (the dropout of the tower tops' heads reads the stream).
+        with torch.random.fork_rng(devices=[]) if self.resume_from is not None else nullcontext():
+            batches = iter(loader)
         writer = MetricsWriter(self.run_dir, self.total_steps, self.step, main=context.is_main,
                                progress=self.progress, tensorboard=config.log.tensorboard, console=self.console)
         writer.say(start_line(config, self.pairs, self.total_steps, self.step if self.resume_from else None))
