@@ -276,14 +276,20 @@ def test_a_resumed_nuisance_arm_reaches_the_uninterrupted_weights(world, tmp_pat
     assert_same_weights(_weights(train(with_changes(config, {"resume": "latest"}), progress=False)), whole)
 
 
-def test_cached_tower_tops_refuse_the_symmetric_counterparts(world, tmp_path):
+def test_cached_tower_tops_refuse_the_nuisance_counterparts_only(world, tmp_path):
+    """The nuisance shade needs pixels and the shapes world's palette; the round trip and the no-op are made on the
+    cached maps (tests/test_top_symmetric_learnt.py)."""
     from lace.train.sources.local_images import LocalImageEdits
 
     class Path_:
         name, where = "tops", "tower tops"
 
-    class Run_:
-        config = _config(world, tmp_path, SYMMETRIC_ARMS["round_trip"])
+    def run_of(kind: str):
+        class Run_:
+            config = _config(world, tmp_path, SYMMETRIC_ARMS[kind])
+        return Run_()
 
-    with pytest.raises(LaceInputError, match="local.symmetric"):
-        LocalImageEdits.check(Run_(), Path_(), {"local_editor": object()})
+    with pytest.raises(LaceInputError, match="local.symmetric.*shapes world's palette"):
+        LocalImageEdits.check(run_of("nuisance"), Path_(), {"local_editor": object()})
+    for kind in ("round_trip", "no_op"):
+        LocalImageEdits.check(run_of(kind), Path_(), {"local_editor": object()})

@@ -64,9 +64,9 @@ class RecolourNetwork(nn.Module):
         self.out = nn.Linear(hidden, channels)
         nn.init.zeros_(self.out.weight)  # the fit starts from the ridge regression
         nn.init.zeros_(self.out.bias)
-        # the pairs the ridge learnt (a grey source on photographs never is): the network, never trained on the
-        # others, adds nothing to them, so they stay unmoved as the ridge leaves them
-        self.register_buffer("learnt_pairs", stacked.detach().flatten(1).abs().amax(1) > 0, persistent=False)
+        # (G G,) the pairs it learns (those the ridge learnt; a grey source on photographs never is one): on the
+        # others, never trained, it adds nothing, so they stay as unmoved as the ridge leaves them
+        self.register_buffer("learnt_pairs", learnt_rows(stacked))
 
     def residual(self, inputs: Tensor, pair: Tensor) -> Tensor:
         """(K, D), (K,) -> (K, C) what the network adds to the ridge's change."""
@@ -78,6 +78,11 @@ class RecolourNetwork(nn.Module):
     def forward(self, inputs: Tensor, pair: Tensor) -> Tensor:
         known = self.learnt_pairs[pair].to(inputs.dtype)[:, None]  # (K, 1)
         return self.ridge(inputs, pair) + self.residual(inputs, pair) * known
+
+
+def learnt_rows(stacked: Tensor) -> Tensor:
+    """(G G, D + 1, C) stacked ridge weights -> (G G,) bool, the ordered pairs the ridge learnt (zero: never)."""
+    return stacked.detach().flatten(1).abs().amax(1) > 0
 
 
 class PositionDiscriminator(nn.Module):
@@ -157,6 +162,7 @@ class LearntRecolour:
             torch.manual_seed(self.seed)
             network = RecolourNetwork(stacked, n_concepts, config.hidden, inputs.mean(0),
                                       inputs.std(0).clamp_min(1e-6))
+            network.learnt_pairs[pair.unique()] = True  # the pairs it is trained on
             critic = PositionDiscriminator(change.shape[1], n_concepts, config.hidden, real.mean(0),
                                            real.std(0).clamp_min(1e-6))
         trained = [p for p in network.parameters() if p.requires_grad]
@@ -218,6 +224,7 @@ class LearntRecolour:
                        state["min_coverage"])
         operator.n_concepts_ = int(state["n_concepts"])
         tensors = state["network"]
+        tensors = {"learnt_pairs": learnt_rows(tensors["ridge.weights"]), **tensors}  # saved before it was kept
         with torch.random.fork_rng(devices=[]):  # its layers' initial draws, overwritten below, leave the stream alone
             network = RecolourNetwork(tensors["ridge.weights"], operator.n_concepts_, operator.config.hidden,
                                       tensors["input_mean"], tensors["input_scale"])
