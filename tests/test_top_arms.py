@@ -56,7 +56,14 @@ def test_every_top_arm_is_its_variant_row_on_the_study_finetune(tmp_path):
         made = arm_train_config(config, name, seed=1, n_images=3, output=tmp_path)
         for field, value in VARIANTS[name].items():
             assert getattr(made.arm, field) == value if not isinstance(value, dict) else True, (name, field)
-        assert made.run.seed == 1 and made.run.batch_size == 3 and made.negatives == config.finetune.negatives
+        assert made.run.seed == 1 and made.run.batch_size == 3
+        # the fine-tune's negatives, with the arm's own local knobs (symmetric, operator) where it has them
+        own_local = VARIANTS[name].get("local", {})
+        assert made.negatives == with_changes(config.finetune.negatives, {"local": own_local} if own_local else {})
+        assert all(getattr(made.negatives.local, knob) == value for knob, value in own_local.items())
+    assert {name for name in TOP_ARMS if VARIANTS[name].get("local")} == {
+        name for name, changes in VARIANTS.items() if changes.get("local", {}).get("symmetric") in ("round_trip", "no_op")
+        or changes.get("local", {}).get("operator") == "learnt"}  # every symmetric and learnt arm but the nuisance
 
 
 @pytest.mark.parametrize("field, value", [("seed", 3), ("caption_negatives", True), ("model", "lace-micro-32")])

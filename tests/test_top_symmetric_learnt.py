@@ -6,14 +6,19 @@ saved in checkpoints, so a resumed run trains what the uninterrupted one trains)
 from __future__ import annotations
 
 import copy
+import json
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from torch import nn
 
+import lace.concepts
 from lace.config import with_changes
+from lace.encoders import load_encoder
 from lace.encoders.towers import fresh_token_states
 from lace.errors import LaceInputError
 from lace.experiment.variants import VARIANTS, variant_config
@@ -26,11 +31,22 @@ from lace.local.objects import find_objects
 from lace.local.recolour import RecolourRegression, colour_map_examples
 from lace.local.symmetric import counterpart_steps
 from lace.row_random import RowGenerators
+from lace.study.config import TOP_ARMS, TopsStudyConfig
+from lace.study.flickr8k_top_arms import arm_train_config
 from lace.train import train
 from lace.train.checkpoints import latest_checkpoint
 from lace.train.data import LOCAL_STREAM, TopPairs
 from tests.distributed_support import assert_same_weights
-from tests.towers_support import CUT_CHANNELS, CUT_GRID, TINY_FINETUNE, token_states, top_trainer
+from tests.towers_support import (
+    CUT_CHANNELS,
+    CUT_GRID,
+    PAINTS,
+    TINY_FINETUNE,
+    TINY_HEADS,
+    make_coloured_flickr8k,
+    token_states,
+    top_trainer,
+)
 
 COLOURS = ["red", "green", "blue", "yellow"]
 FAST = LearntOperatorConfig(hidden=16, steps=20, rows_per_pair=64, positions_per_step=64)
@@ -282,3 +298,60 @@ def test_a_resumed_tops_run_with_the_learnt_operator_trains_what_the_whole_run_t
                     encoder=resumed_model, local_editor=other)
     assert resumed.steps == 4
     assert_same_weights({key: value.detach() for key, value in resumed_model.state_dict().items()}, reference)
+
+
+# --- the tops study ----------------------------------------------------------------------------------
+
+
+def test_the_tops_study_takes_the_symmetric_and_learnt_arms_from_the_command_line(tmp_path, monkeypatch):
+    import lace.study.flickr8k_top_arms as arms_module
+    from lace.cli import main
+
+    ran = []
+    monkeypatch.setattr(arms_module, "run_tops_study", lambda config: ran.append(config) or {"split": config.split})
+    data = make_coloured_flickr8k(tmp_path / "flickr8k", 4)
+    arms = (ROUND_TRIP, NO_OP, LEARNT, LEARNT_ROUND_TRIP)
+    assert main(["study", "flickr8k", "--tops", "--data", str(data), "--out", str(tmp_path / "study"),
+                 "--arms", ",".join(arms), "--local-fit-images", "8", "--finetune-local-learnt-steps", "5"]) == 0
+    (config,) = ran
+    assert config.arms == arms and set(arms) <= set(TOP_ARMS)
+    made = {arm: arm_train_config(config, arm, seed=0, n_images=4, output=tmp_path).negatives.local for arm in arms}
+    assert [(local.symmetric, local.operator) for local in made.values()] == [
+        ("round_trip", "recolour"), ("no_op", "recolour"), ("none", "learnt"), ("round_trip", "learnt")]
+    assert all(local.fit_images == 8 and local.learnt.steps == 5 for local in made.values())
+
+
+def four_colour_vocabulary(folder) -> str:
+    """The natural vocabulary with the four colours the tiny Flickr8k paints (a colour map per ordered pair of them:
+    12 passes of the tower below the cut instead of 13 per found colour)."""
+    natural = yaml.safe_load((Path(lace.concepts.__file__).parent / "vocabularies" / "natural.yaml").read_text())
+    natural["attributes"]["colour"] = list(PAINTS)
+    path = folder / "four-colours.yaml"
+    path.write_text(yaml.safe_dump(natural, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_the_tops_study_trains_the_symmetric_and_learnt_arms_end_to_end(tmp_path):
+    """On a tiny coloured Flickr8k through the real towers: the round trip on the Gaussian map editor and on the learnt
+    one, which the study fits on the first training photographs at the cut, each with its figures."""
+    from lace.experiment.protocol import Run
+    from lace.study.flickr8k_top_arms import run_tops_study
+
+    data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out"
+    arms = (ROUND_TRIP, LEARNT_ROUND_TRIP)
+    finetune = with_changes(TINY_FINETUNE, {"local": {"fit_images": 8, "learnt": FAST}})
+    result = run_tops_study(TopsStudyConfig(data=str(data), out=str(out), base=TINY_HEADS, finetune=finetune, seeds=1,
+                                            items_per_kind=8, progress=False, arms=arms,
+                                            vocabulary=four_colour_vocabulary(tmp_path)), log=lambda _: None)
+    assert set(result["summary"]) == {"base", *arms}
+    assert result["local_editor"]["operator"] == "transport"
+    learnt = result["local_editor_learnt"]
+    assert learnt["operator"] == "learnt" and learnt["learnt_operator"]["fit_images"] == 8
+    assert 0 < learnt["learnt_operator"]["pairs_learnt"] and learnt["learnt_operator"]["learnt_reconstruction"] < 1
+    stages = {arm: json.loads((out / "stages" / f"{Run(arm, 0).stage('train')}.json").read_text())["result"]
+              for arm in arms}
+    assert all(stage["image_negative_rows"] > 0 and "pair_rows" in stage for stage in stages.values())
+    weights = {arm: load_encoder("lace-towers", pretrained=str(out / stage["checkpoint"])).image_tower.blocks[-1]
+               .conv_pwl.weight for arm, stage in stages.items()}
+    assert not torch.equal(*weights.values())  # the two operators trained the top differently

@@ -18,10 +18,11 @@ TOPS_OWN_FLAGS = ("data", "out", "feature_cache", "seeds", "arms", "split", "fin
 
 
 # Fields that do not apply to the tops: the local editor acts on the cached maps themselves (no tower layer to
-# choose, fitted on every training image by Gaussian transport), one rule-made negative per caption is cached,
-# and the dictionary takes the study's vocabulary.
-TOPS_NOT_ON_MAPS = (*(f"finetune.negatives.local.{name}" for name in ("layer", "locate_layer", "text_layer", "operator",
-                                                                       "fit_images")),
+# choose; its reader fitted on every training image, its operator the Gaussian transport or, for the arms that
+# switch to it, the learnt recolouring fitted on the first local.fit_images training photographs), one rule-made
+# negative per caption is cached, and the dictionary takes the study's vocabulary.
+TOPS_NOT_ON_MAPS = (*(f"finetune.negatives.local.{name}" for name in ("layer", "locate_layer", "text_layer",
+                                                                       "operator")),
                     "finetune.negatives.rule_negatives_per_caption", "dictionary.vocabulary")
 
 

@@ -72,13 +72,14 @@ class RecolourRegression:
         self.n_concepts_ = n_concepts
         solved_for = None
         for source, target, described, change in examples:
-            if described is not solved_for:  # one normal matrix per source concept
+            if described is not solved_for:  # one normal matrix per source concept, factored once for its targets
                 inputs = torch.cat([described, described.new_ones(len(described), 1)], dim=1).double()
                 gram = inputs.T @ inputs
                 penalty = self.ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64,
                                                                           device=gram.device)
+                factors = torch.linalg.lu_factor(gram + penalty)  # what linalg.solve factors each time, bit for bit
                 solved_for = described
-            self.weights_[source, target] = torch.linalg.solve(gram + penalty, inputs.T @ change.double()).float()
+            self.weights_[source, target] = torch.linalg.lu_solve(*factors, inputs.T @ change.double()).float()
             self.counts_[source, target] = len(described)
         return self
 
