@@ -265,19 +265,20 @@ def _config(output, arm: str, local: dict | None = None, **changes):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arm", [LEARNT, LEARNT_ROUND_TRIP])
-def test_a_resumed_tops_run_with_the_learnt_operator_trains_what_the_whole_run_trains(top, learnt_world, arm,
+@pytest.mark.parametrize("arm", ["plain", LEARNT, LEARNT_ROUND_TRIP])
+def test_a_resumed_tops_run_trains_what_the_whole_run_trains_with_or_without_the_learnt_operator(top, learnt_world, arm,
                                                                                       tmp_path):
-    """4 steps against 2 + a resume of 2; the resumed run is given an editor fitted with another seed, and edits with
-    the one its checkpoint holds."""
+    """4 steps against 2 + a resume of 2 (the heads' dropout reads the random stream, which the resumed run restarts
+    from the checkpoint's state); the resumed run is given an editor with another network, and edits with the one
+    its checkpoint holds."""
     _, colours, _, maps, _, editor = learnt_world
     pairs = partial(coloured_top_pairs, maps=maps[:8], colours=colours[:8])
     model = copy.deepcopy(top)
     whole = train(_config(tmp_path / "whole", arm), dataset=pairs(model), progress=False, encoder=model,
                   local_editor=editor)
     assert whole.steps == 4
-    lines = whole.metrics_path.read_text().splitlines()
-    assert all('"image_negatives_valid_rows": 0,' not in line for line in lines)
+    lines = [json.loads(line) for line in whole.metrics_path.read_text().splitlines()]
+    assert all(line["image_negatives_valid_rows"] > 0 for line in lines) if arm != "plain" else True
     reference = {key: value.detach().clone() for key, value in model.state_dict().items()}
     assert not all(torch.equal(reference[key], value) for key, value in top.state_dict().items())
 
