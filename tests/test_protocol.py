@@ -38,8 +38,9 @@ def test_every_arm_has_a_folder_of_its_own_and_the_tops_study_keeps_its_names():
     assert len(set(folders.values())) == len(folders)
     assert all(re.fullmatch(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*", folder) for folder in folders.values())
     assert folders["ceiling (rendered swaps)"] == "ceiling-rendered-swaps"
-    # the tower-tops study named its stages and checkpoints so before: its cached runs stay found
-    for arm in TOP_ARMS:
+    # the tower-tops study named its stages and checkpoints so before: its cached runs stay found (the arms with local
+    # knobs of their own, symmetric and learnt, came to the tops after the names changed)
+    for arm in (arm for arm in TOP_ARMS if not VARIANTS[arm].get("local")):
         assert folders[arm] == arm.replace(" + ", "-plus-").replace(" ", "-")
 
 
