@@ -60,7 +60,8 @@ class LocalEditConfig:
     """How local edits move positions: recolour (ridge regression learnt from recoloured training images; needs
     colour names the shapes world's palette knows), learnt (a small network on the same self-supervision, also
     trained against a real-vs-edited discriminator; knobs in `learnt`) or mean_shift (mean feature difference of
-    two concepts)."""
+    two concepts). On cached tower tops the map editor's Gaussian transport, or learnt (fitted on photographs at the
+    cut, `lace.local.cut_recolour`)."""
     learnt: LearntOperatorConfig = field(default_factory=LearntOperatorConfig)
     """Knobs of the learnt operator (operator learnt only)."""
     edit_share: float = 1.0
@@ -83,7 +84,8 @@ class LocalEditConfig:
     """Where the loss compares an edit with the real image, the real image's stand-in made through the same operator
     path (`lace.local.symmetric`): none (the real image), round_trip (the edit, then its reverse at the same
     object), nuisance (the edited objects moved to a lighter shade of their own colour; recolour operator, no
-    refresh) or no_op (the operator's identity move: the real image through the same cut and upper pass)."""
+    refresh; pixels only) or no_op (the operator's identity move: the real image through the same cut and upper
+    pass)."""
 
     def validate(self, where: str = "local edit config") -> LocalEditConfig:
         """Raise `LaceInputError` naming the field on an impossible setting; return self."""
