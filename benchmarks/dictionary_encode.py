@@ -20,25 +20,26 @@ the JSON too. Times include the Gram matrix D D^T. One thread; everything is run
 first. On CPU lace runs its fused kernel, compiled with numba: its first call (compilation, or a
 load from numba's on-disk cache) is timed apart and not in the figures; --kernel torch times the
 batched torch kernel instead. On a CPU with AMX the table adds lace with the split bfloat16
-product (`lace.dictionary.split_product`, opt-in: LACE_SPLIT_PRODUCT=1) and that product alone,
-and counts the rows whose codes differ from lace's with its own product.
+product (`lace.dictionary.split_product`, opt-in: `encode(..., split_product=True)`) and that product
+alone, and counts the rows whose codes differ from lace's with its own product; --split-product
+makes lace's own rows (and the profile) use it too.
 
 Which kernels ran is printed under the table and in the JSON's "kernels": the oneMKL and oneDNN
 calls (function, thread count) of one block of the floor and of lace, from their verbose output;
 torch's oneMKL (version, instruction set, interface and threading layer) and oneDNN; every thread
 pool threadpoolctl finds (numpy's and scipy's BLAS: library, version, threading layer,
 architecture, used by scikit-learn's peer only; torch's OpenMP; torch's oneMKL is linked into torch
-and not visible to threadpoolctl); the CPU numba compiles the fused kernel for; and
-OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE / LACE_SPLIT_PRODUCT as set for the run.
+and not visible to threadpoolctl); the CPU numba compiles the fused kernel for; lace's product; and
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as set for the run.
 
 Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu] [--kernel torch]
+       [--split-product]
 The last printed line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -111,25 +112,9 @@ def timed(function, device: torch.device):
     return clock() - start, result
 
 
-@contextlib.contextmanager
-def split_product_setting(split: bool | None):
-    """LACE_SPLIT_PRODUCT as asked for while the block runs (lace reads it per call; None: as set), then as
-    it was."""
-    saved = os.environ.get("LACE_SPLIT_PRODUCT")
-    if split is not None:
-        os.environ["LACE_SPLIT_PRODUCT"] = "1" if split else "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("LACE_SPLIT_PRODUCT", None)
-        else:
-            os.environ["LACE_SPLIT_PRODUCT"] = saved
-
-
 def split_support_gap(split: SparseCodes, float32: SparseCodes) -> dict:
     """How codes from the split product differ from those of lace as run (the float32 product unless
-    LACE_SPLIT_PRODUCT=1): rows whose atoms
+    --split-product): rows whose atoms
     (as a set, and in order) differ, and the largest difference of the dense codes."""
     same_order = (split.indices == float32.indices) | ((split.values == 0) & (float32.values == 0))
     as_sets = torch.sort(torch.where(split.values != 0, split.indices, -1), dim=1).values
@@ -145,12 +130,13 @@ def split_support_gap(split: SparseCodes, float32: SparseCodes) -> dict:
 
 
 def stage_profile(x: torch.Tensor, atoms: torch.Tensor, sparsity: int, nonnegative: bool,
-                  chunk: int | None, kernel: str | None) -> dict[str, float]:
+                  chunk: int | None, kernel: str | None, split: bool) -> dict[str, float]:
     """Seconds per stage of encoding `x` (CPU time of each labelled stage; 'other' is the rest)."""
-    encode(x[:256], atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel)  # warm up
+    encode(x[:256], atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel,
+           split_product=split)  # warm up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         start = time.perf_counter()
-        encode(x, atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel)
+        encode(x, atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel, split_product=split)
         total = time.perf_counter() - start
     seconds = {name: 0.0 for name in STAGES}
     for event in profiler.key_averages():
@@ -221,12 +207,12 @@ def torch_config_line(prefix: str) -> str | None:
                  if line.strip(" -").startswith(prefix)), None)
 
 
-def kernels(floor_block, lace_block) -> dict:
+def kernels(floor_block, lace_block, split: bool) -> dict:
     """Which kernels this run used: the kernels oneMKL and oneDNN report for one block of the floor and of lace
     (their verbose output: function, thread count), torch's oneMKL (version, instruction set, threading layer)
     and oneDNN, every thread pool threadpoolctl finds (numpy's and scipy's BLAS, scikit-learn's peer only;
     torch's OpenMP; torch's oneMKL is linked into torch and invisible to it), numba's target CPU (the fused
-    kernel) and the OpenBLAS overrides in force."""
+    kernel), lace's product (`split`: the split bfloat16 one) and the OpenBLAS overrides in force."""
     calls = verbose_calls({"describe": lambda: torch.ones(8, 8) @ torch.ones(8, 8), "floor": floor_block,
                            "lace": lace_block})
     mkl = next((line.removeprefix("MKL_VERBOSE ").strip() for line in calls.get("describe", [])
@@ -244,13 +230,12 @@ def kernels(floor_block, lace_block) -> dict:
                        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()},
         "floor_calls": call_summary(calls.get("floor", [])),
         "lace_calls": call_summary(calls.get("lace", [])),
-        "lace_product": "split bfloat16 (3 products, AMX)" if split_product.enabled() else "float32",
+        "lace_product": "split bfloat16 (3 products, AMX)" if split else "float32",
         "threadpools": [{key: pool.get(key) for key in ("user_api", "internal_api", "version", "threading_layer",
                                                          "num_threads", "architecture", "prefix")}
                         for pool in threadpool_info()],
         "numba_cpu": llvmlite.binding.get_host_cpu_name(),
-        "environment": {name: os.environ.get(name) for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-                                                                 "LACE_SPLIT_PRODUCT")},
+        "environment": {name: os.environ.get(name) for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
     }
 
 
@@ -285,6 +270,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--kernel", choices=("fused", "torch"), default=None,
                         help="lace's OMP kernel (default: fused on CPU, torch elsewhere)")
+    parser.add_argument("--split-product", action="store_true",
+                        help="lace's own rows use the split bfloat16 product (fused kernel, CPUs with AMX)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
@@ -292,6 +279,9 @@ def main() -> int:
     x, atoms = synthetic(args.n, args.atoms, args.dim, args.sparsity)
     x, atoms = x.to(device), atoms.to(device)
     fused = device.type == "cpu" and args.kernel != "torch"
+    split_ran = fused and atoms.dtype == torch.float32 and split_product.supported()
+    if args.split_product and not split_ran:
+        parser.error("--split-product: needs the fused kernel on a CPU with AMX bfloat16 (split_product.supported())")
     compile_s, compile_source = first_call_seconds(x, atoms, args.sparsity) if fused else (0.0, "")
     block_rows = args.chunk_size or (CPU_BLOCK_ROWS if device.type == "cpu" else DEVICE_BLOCK_ROWS)
 
@@ -301,11 +291,10 @@ def main() -> int:
                 x[start : start + rows] @ atoms.T
         return product
 
-    def lace(nonnegative: bool, split: bool | None = None):  # split: None = as LACE_SPLIT_PRODUCT says
+    def lace(nonnegative: bool, split: bool = args.split_product):
         def run():
-            with split_product_setting(split):
-                return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
-                              kernel=args.kernel)
+            return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+                          kernel=args.kernel, split_product=split)
         return run
 
     def own_product() -> None:  # the split product alone, as lace's fused kernel runs it, block by block
@@ -315,13 +304,11 @@ def main() -> int:
             rows = x[start : start + block_rows]
             product(rows, out[: rows.shape[0]])
 
-    split_ran = fused and atoms.dtype == torch.float32 and split_product.supported()
     floor(4096)()  # warm-up, untimed: the floor, and lace on one block in each setting
-    for split in (None, True) if split_ran else (None,):
-        with split_product_setting(split):
-            for nonnegative in (False, True):
-                encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
-                       kernel=args.kernel)
+    for split in dict.fromkeys((args.split_product, True) if split_ran else (args.split_product,)):
+        for nonnegative in (False, True):
+            encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+                   kernel=args.kernel, split_product=split)
     times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_split",
                                                           "split_product_alone")}
     floor_before: dict[str, list[float]] = {name: [] for name in times}  # the floor timed just before each
@@ -368,11 +355,13 @@ def main() -> int:
     if device.type == "cpu":
         profiled = x[: args.profile_n]
         stages = {kind: stage_profile(profiled, atoms, args.sparsity, kind == "nonnegative", args.chunk_size,
-                                      args.kernel)
+                                      args.kernel, args.split_product)
                   for kind in ("plain", "nonnegative")}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     block = x[:block_rows]
-    ran = kernels(lambda: block @ atoms.T, lambda: encode(block, atoms, args.sparsity, kernel=args.kernel))
+    ran = kernels(lambda: block @ atoms.T,
+                  lambda: encode(block, atoms, args.sparsity, kernel=args.kernel, split_product=args.split_product),
+                  args.split_product)
     lace_rate, peer_rate = args.n / lace_s, args.peer_n / peer_s
 
     timing = "CPU" if device.type == "cpu" else "wall"

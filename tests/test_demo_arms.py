@@ -11,8 +11,8 @@ from lace.demo.pipeline import _own_keys
 from lace.errors import LaceInputError
 from lace.experiment.variants import (
     CHOSEN_BEST,
-    VARIANTS,
     ROLES,
+    VARIANTS,
     uses_rendered,
     variant_config,
     with_caption_negatives,

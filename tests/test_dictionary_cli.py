@@ -53,6 +53,20 @@ def test_dict_inspect_and_edit(fitted, capsys):
                  "--image", str(row), "--edit", "transplant:red=star"]) == 2
 
 
+def test_dict_inspect_refuses_to_replace_a_png_without_overwrite(fitted, tmp_path, capsys):
+    folder, _ = fitted
+    png = tmp_path / "atoms.png"
+    png.write_text("a file the user had\n")
+    args = ["dict", "inspect", "--dict", str(folder / "dict"), "--embeddings", str(folder / "store"),
+            "--index", "0", "--png", str(png)]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert str(png) in error and "--png" in error and "--overwrite" in error
+    assert png.read_text() == "a file the user had\n"
+    assert main([*args, "--overwrite"]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.slow
 def test_edit_png_draws_the_first_sources_with_each_rows_target_count(fitted, tmp_path, capsys):
     from PIL import Image

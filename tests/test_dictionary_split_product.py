@@ -1,11 +1,11 @@
-"""The split bfloat16 product (AMX CPUs): float32-level accuracy, and the switch that turns it off."""
+"""The split bfloat16 product (AMX CPUs): float32-level accuracy, and the parameter that turns it on."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lace.dictionary import encode, split_product
+from lace.dictionary import encode, sparse_coding, split_product
 
 
 def _unit_rows(n: int, dim: int, seed: int) -> torch.Tensor:
@@ -30,24 +30,37 @@ def test_split_product_is_as_accurate_as_the_float32_product():
     torch.testing.assert_close(product(rows[:7], block), out[:7], atol=0, rtol=0)
 
 
-def test_the_split_product_is_off_unless_asked_for(monkeypatch):
-    monkeypatch.delenv("LACE_SPLIT_PRODUCT", raising=False)
-    assert not split_product.enabled()
-    monkeypatch.setenv("LACE_SPLIT_PRODUCT", "1")
-    assert split_product.enabled() == split_product.supported()
+def test_the_split_product_is_off_unless_encode_asks_for_it(monkeypatch):
+    made = []
+
+    class Counted(split_product.SplitProduct):
+        def __init__(self, *args, **kwargs):
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(split_product, "SplitProduct", Counted)
+    monkeypatch.setattr(sparse_coding, "SplitProduct", Counted, raising=False)
+    monkeypatch.setenv("LACE_SPLIT_PRODUCT", "1")  # the library reads no environment variable for it
+    x, atoms = _unit_rows(20, 16, 1), _unit_rows(64, 16, 2)
+    encode(x, atoms, 3, kernel="fused")
+    assert made == []
+    with pytest.raises(ValueError, match="split_product"):  # the torch kernel has no split product
+        encode(x, atoms, 3, kernel="torch", split_product=True)
+    if split_product.supported():
+        encode(x, atoms, 3, kernel="fused", split_product=True)
+        assert made == [1]
 
 
 @pytest.mark.skipif(not split_product.supported(), reason="needs AMX bfloat16 and oneMKL's bfloat16 product in torch")
 @pytest.mark.parametrize("nonnegative", [False, True])
-def test_fused_codes_with_the_split_product_equal_the_float32_product_codes(monkeypatch, nonnegative):
+def test_fused_codes_with_the_split_product_equal_the_float32_product_codes(nonnegative):
     generator = torch.Generator().manual_seed(7)
     atoms = _unit_rows(1100, 64, 8)
     support = torch.randint(1100, (300, 6), generator=generator)
     x = torch.einsum("ns,nsd->nd", 0.5 + torch.rand(300, 6, generator=generator), atoms[support])
     x = x + 0.01 * torch.randn(300, 64, generator=generator)
     float32 = encode(x, atoms, 6, nonnegative=nonnegative, kernel="fused")
-    monkeypatch.setenv("LACE_SPLIT_PRODUCT", "1")
-    split = encode(x, atoms, 6, nonnegative=nonnegative, kernel="fused")
+    split = encode(x, atoms, 6, nonnegative=nonnegative, kernel="fused", split_product=True)
     assert torch.equal(split.indices, float32.indices)
     torch.testing.assert_close(split.values, float32.values, atol=1e-5, rtol=0)
 

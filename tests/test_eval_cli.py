@@ -76,6 +76,23 @@ def test_compare_rejects_a_file_that_is_not_results(tmp_path, capsys):
     assert "benchmarks" in capsys.readouterr().err
 
 
+def test_compare_refuses_to_replace_its_outputs_without_overwrite(tmp_path, capsys):
+    for name, score in (("a", 0.25), ("b", 0.5)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"benchmarks": {"world": {"i2t/all": score}}}))
+    inputs = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    for flag, name in (("--out", "table.md"), ("--png", "chart.png")):
+        kept = tmp_path / name
+        kept.write_bytes(b"a file the user had\n")
+        assert main(["compare", *inputs, flag, str(kept)]) == 2
+        error = capsys.readouterr().err
+        assert str(kept) in error and flag in error and "--overwrite" in error
+        assert kept.read_bytes() == b"a file the user had\n"
+        assert main(["compare", *inputs, flag, str(kept), "--overwrite"]) == 0
+        assert kept.read_bytes() != b"a file the user had\n"
+    assert "| world/i2t/all | 0.250 | 0.500 | +0.250 |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_lace_eval_rerank_adds_each_fix_beside_the_plain_figures(tiny_world, tmp_path, capsys):
     bank = str(tiny_world / "karpathy_coco.json")
     assert run_eval(tiny_world, tmp_path / "r.json", "--rerank", "csls,qbnorm,dn", "--bank", bank,

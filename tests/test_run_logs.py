@@ -2,6 +2,7 @@
 plain line per logged step with or without bars, no carriage returns off a terminal, no bars of the dependencies
 under --no-progress, the step a resumed run carries on from; and metrics.jsonl's figures against references."""
 
+import dataclasses
 import io
 import json
 import math
@@ -18,8 +19,9 @@ from lace.io import read_json
 from lace.progress import bar
 from lace.train import TensorPairs, train
 from lace.train.config import train_config
+from lace.train.config.arm import ArmConfig
 from lace.train.metrics import MetricWindow, step_record
-from lace.train.metrics_writer import arm_name
+from lace.train.metrics_writer import ARM_SWITCHES, arm_name
 from tests.conftest import make_images
 from tests.siglip_support import write_tiny_siglip
 
@@ -218,3 +220,9 @@ def test_the_arm_in_the_start_line_names_the_sources_a_config_switches_on_by_nam
     assert arm_name(train_config(model="lace-micro-32")) == "plain"
     config = train_config(model="lace-micro-32", caption_negatives=True, sources=("toy nudges",))
     assert arm_name(config) == "caption_negatives+toy nudges"
+
+
+def test_every_switch_the_start_line_names_is_an_arm_config_switch_off_by_default():
+    # arm_name reads them with getattr: a field renamed in ArmConfig alone would silently drop out of the line
+    defaults = {field.name: field.default for field in dataclasses.fields(ArmConfig)}
+    assert {name: defaults.get(name) for name in ARM_SWITCHES} == dict.fromkeys(ARM_SWITCHES, False)

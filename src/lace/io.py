@@ -184,6 +184,19 @@ def prepare_output_dir(
     return path
 
 
+def check_output_file(path: str | os.PathLike, overwrite: bool = False, what: str = "output file") -> Path:
+    """Check `path` as a file a command is about to write: refuse an existing one unless `overwrite`, and a folder.
+
+    `what` names the file in the error (e.g. "--png file"). Nothing is written: the caller writes atomically.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise LaceInputError(f"{path}: expected a path for the {what}, found a folder")
+    if path.exists() and not overwrite:
+        raise LaceInputError(f"{path}: {what} exists; pass --overwrite to replace it")
+    return path
+
+
 def _refuse_to_clear(path: Path) -> None:
     """Refuse to empty the working folder, one above it, the home folder or a filesystem root:
     a mistyped output path with --overwrite would otherwise delete far more than a run."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lace.io import atomic_write_text, check_output_file
 from lace.report.compare import comparison_chart, comparison_table, load_results
 
 
@@ -17,17 +18,19 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--labels", default=None, help="comma-separated column names (default: file names)")
     parser.add_argument("--png", default=None, help="also write a bar chart of the benchmark metrics to this PNG")
     parser.add_argument("--out", default=None, help="also write the markdown table to this file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out or --png")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, path in (("--out", args.out), ("--png", args.png)):
+        if path:
+            check_output_file(path, args.overwrite, what=f"{flag} file")
     results = load_results(args.results)
     labels = args.labels.split(",") if args.labels else None
     table = comparison_table(results, labels)
     print(table)
     if args.out:
-        from lace.io import atomic_write_text
-
         atomic_write_text(args.out, table + "\n")
     if args.png:
         comparison_chart(results, args.png, labels)

@@ -15,7 +15,13 @@ from lace.config import add_config_arguments, config_from_args, config_to_dict
 from lace.edits.config import EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
-from lace.io import atomic_dir, atomic_write_json, prepare_output_dir, removed_on_failure
+from lace.io import (
+    atomic_dir,
+    atomic_write_json,
+    check_output_file,
+    prepare_output_dir,
+    removed_on_failure,
+)
 from lace.manifest import add_to_manifest
 
 
@@ -56,6 +62,7 @@ def add_parser(subparsers) -> None:
     inspect.add_argument("--index", type=int, default=None, help="row of the embedding to show")
     inspect.add_argument("--edit", default=None, help="edit to apply to that embedding, e.g. 'transplant:red=blue'")
     inspect.add_argument("--png", default=None, help="write a bar chart of the active atoms to this file")
+    inspect.add_argument("--overwrite", action="store_true", help="replace an existing --png")
     inspect.add_argument("--top", type=int, default=40, help="atoms to list (most used first)")
     add_config_arguments(inspect, EditConfig, prefix="edit.")
     inspect.set_defaults(func=run_inspect)
@@ -111,6 +118,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     from lace.edits.build import check_store_dimension
     from lace.embeddings import EmbeddingStore
 
+    if args.png:
+        check_output_file(args.png, args.overwrite, what="--png file")
     labelled = load_labelled_dictionary(args.dict)
     edit_config = config_from_args(EditConfig, args, prefix="edit.")
     store = EmbeddingStore.open(args.embeddings) if args.embeddings else None

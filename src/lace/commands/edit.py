@@ -15,7 +15,7 @@ from lace.edits.build import check_store_dimension
 from lace.embeddings import EmbeddingStore
 from lace.errors import LaceInputError, input_error
 from lace.eval.neighbours import topk_neighbours
-from lace.io import removed_on_failure
+from lace.io import check_output_file, removed_on_failure
 from lace.report.edit_grid import images_naming
 
 
@@ -102,9 +102,7 @@ def _write_grid(args: argparse.Namespace, labelled, store: EmbeddingStore) -> in
 
     from lace.experiment.edit_grids import edit_grid_stage
 
-    png = Path(args.png)
-    if png.exists() and not args.overwrite:
-        raise input_error("--png", None, "a new file (or --overwrite)", str(png))
+    png = check_output_file(args.png, args.overwrite, what="--png file")
     spec = parse_edit(args.edit)
     if spec.kind != "transplant":
         raise input_error("--edit", None, "a transplant 'transplant:a=b' for the --png grid", args.edit)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 from lace.commands.common import add_model_arguments, add_output_arguments, add_progress_argument
 from lace.config import add_config_arguments, config_from_args
 from lace.encoders import load_encoder
-from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig, run_evaluation
 from lace.eval.summary import console_lines
-from lace.io import atomic_write_json, removed_on_failure
+from lace.io import atomic_write_json, check_output_file, removed_on_failure
 
 
 def add_parser(subparsers) -> None:
@@ -44,11 +42,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(EvalConfig, args, args.config)
     if args.transplant:
         config = dataclasses.replace(config, transplants=tuple(args.transplant))
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise LaceInputError(f"{out}: results file exists; pass --overwrite to replace it")
-    if out.is_dir():
-        raise LaceInputError(f"{out}: expected a results file path, found a folder")
+    out = check_output_file(args.out, args.overwrite, what="results file")
     with removed_on_failure(out.parent):  # bad input: no empty results folder left behind
         encoder = load_encoder(args.model, args.pretrained, device=args.device)
         results = run_evaluation(encoder, config, model=args.model, pretrained=args.pretrained,

@@ -75,7 +75,8 @@ class ConceptDictionary:
 
     Learned state: `atoms_` (K, d), `mean_image_` (d,), `mean_text_` (d,),
     `mean_norm_image_`, `mean_norm_text_` (mean centred norms, floats),
-    `atom_names_` (vocabulary mode, else None), `fit_seconds_`, `batches_seen_`, `rows_seen_`.
+    `atom_names_` (vocabulary mode, else None), `fit_seconds_`, `batches_seen_`; after a learned fit also
+    `rows_seen_` and `resampled_atoms_` (dead atoms resampled while learning).
     """
 
     def __init__(

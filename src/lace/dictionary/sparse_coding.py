@@ -2,8 +2,8 @@
 
 OMP has two kernels, chosen in `encode` (`_omp_kernel`):
 - on CPU (float32 / float64), `fused_omp`: the product per block of rows, then a compiled
-  loop that codes the block row by row with the row's correlations in cache. With
-  LACE_SPLIT_PRODUCT=1 on CPUs with AMX, the float32 product is `split_product`'s three bfloat16
+  loop that codes the block row by row with the row's correlations in cache. Asked for
+  (`split_product=True`, CPUs with AMX), the float32 product is `split_product`'s three bfloat16
   products (error of float32's order; near-tied atoms may be chosen in another order);
 - elsewhere, or when asked for (`kernel="torch"`), `_batch_omp` below, which works on the
   whole block at once; its only Python loop is over the `s` atom-selection steps.
@@ -42,7 +42,9 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from lace.dictionary import fused_omp, split_product
+from lace.dictionary import fused_omp
+from lace.dictionary.split_product import SplitProduct
+from lace.dictionary.split_product import supported as split_product_supported
 
 METHODS = ("omp", "topk")
 KERNELS = ("fused", "torch")  # OMP kernels: compiled row by row on CPU, or batched torch operations
@@ -85,6 +87,7 @@ def encode(
     chunk_size: int | None = None,
     gram: Tensor | None = None,
     kernel: str | None = None,
+    split_product: bool = False,
 ) -> Tensor | SparseCodes:
     """Sparse codes of `x` (N, d) over `atoms` (K, d) with at most `sparsity` non-zeros per row.
 
@@ -95,19 +98,13 @@ def encode(
     8192 elsewhere); `gram` (K, K) = atoms @ atoms.T may be passed in to save recomputing it.
     kernel: OMP's kernel, "fused" (CPU, float32 or float64) or "torch"; by default the fused
     one wherever it runs for dictionaries of at least `FUSED_MIN_ATOMS` atoms.
+    split_product: the fused kernel's float32 product X D^T by `split_product.SplitProduct`'s three bfloat16
+    products (CPUs with AMX; error of float32's order, but near-tied atoms may be chosen in another order).
+    Off by default; asked for where it cannot run (another method, kernel or dtype, or another CPU) it is
+    a `ValueError`.
     """
-    if method not in METHODS:
-        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
-    if kernel is not None and kernel not in KERNELS:
-        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
-    if x.ndim != 2 or atoms.ndim != 2 or x.shape[1] != atoms.shape[1]:
-        raise ValueError(
-            f"expected x (N, d) and atoms (K, d) with the same d, got {tuple(x.shape)} and "
-            f"{tuple(atoms.shape)}"
-        )
+    _check_arguments(x, atoms, sparsity, method, kernel, split_product)
     n_atoms = atoms.shape[0]
-    if not 1 <= sparsity <= n_atoms:
-        raise ValueError(f"sparsity: expected 1..{n_atoms}, got {sparsity}")
     x = x.to(atoms.dtype)
     if gram is None:
         with record_function("encode/gram"):
@@ -117,7 +114,7 @@ def encode(
     buffers = None
     if method == "omp" and x.shape[0]:
         rows = min(chunk_size, x.shape[0])
-        buffers = _OmpBuffers(rows, n_atoms, atoms.dtype, atoms.device)
+        buffers = _OmpBuffers(rows, n_atoms, atoms.dtype, atoms.device, split_product)
         omp = _omp_kernel(kernel, atoms)
     index_chunks, value_chunks = [], []
     for start in range(0, x.shape[0], chunk_size):
@@ -158,6 +155,37 @@ def _omp_kernel(kernel: str | None, atoms: Tensor):
     if kernel == "torch" or not fused_runs or (kernel is None and atoms.shape[0] < FUSED_MIN_ATOMS):
         return _batch_omp
     return _fused_omp
+
+
+def _check_arguments(
+    x: Tensor, atoms: Tensor, sparsity: int, method: str, kernel: str | None, split_product: bool
+) -> None:
+    """Raise `ValueError` on arguments `encode` cannot honour, naming the argument."""
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
+    if x.ndim != 2 or atoms.ndim != 2 or x.shape[1] != atoms.shape[1]:
+        raise ValueError(
+            f"expected x (N, d) and atoms (K, d) with the same d, got {tuple(x.shape)} and "
+            f"{tuple(atoms.shape)}"
+        )
+    if not 1 <= sparsity <= atoms.shape[0]:
+        raise ValueError(f"sparsity: expected 1..{atoms.shape[0]}, got {sparsity}")
+    if split_product:
+        _check_split_product(method, kernel, atoms)
+
+
+def _check_split_product(method: str, kernel: str | None, atoms: Tensor) -> None:
+    """Refuse the split product where it would not run: it replaces the fused OMP kernel's float32 product, on
+    CPUs where `split_product.supported()`."""
+    if not split_product_supported():
+        raise ValueError("split_product: needs a CPU with AMX bfloat16 tiles and oneMKL's bfloat16 product in torch "
+                         "(lace.dictionary.split_product.supported() is False here)")
+    if method != "omp" or atoms.dtype != torch.float32 or _omp_kernel(kernel, atoms) is not _fused_omp:
+        raise ValueError(f"split_product: expected method 'omp' with the fused kernel and float32 atoms (at least "
+                         f"{FUSED_MIN_ATOMS} of them unless kernel='fused'), got method {method!r}, kernel "
+                         f"{kernel!r}, {atoms.shape[0]} {atoms.dtype} atoms on {atoms.device}")
 
 
 def _fused_omp(
@@ -281,21 +309,23 @@ def _largest(correlations: Tensor, absolute: bool) -> tuple[Tensor, Tensor]:
 class _OmpBuffers:
     """The (n, K) residual correlations of one block of rows, allocated once and reused by
     every block (a fresh large tensor per block costs page faults), and the fused kernel's
-    tables of the Gram matrix and split atoms, made once."""
+    tables of the Gram matrix and split atoms, made once. `split_product`: the fused kernel's product is
+    `SplitProduct`'s (float32 atoms, checked by `encode`)."""
 
-    def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device, split_product: bool = False):
         self.correlations = torch.empty(rows, n_atoms, dtype=dtype, device=device)
+        self.split_product = split_product
         self._gram_tables = None
         self._split_product = None
 
     def product(self, x: Tensor, atoms: Tensor) -> Tensor:
-        """(n, K) X D^T for the fused kernel, in the buffer: the product in the atoms' dtype, or for float32
-        where asked for (LACE_SPLIT_PRODUCT=1, AMX) `split_product`'s three bfloat16 products."""
+        """(n, K) X D^T for the fused kernel, in the buffer: the product in the atoms' dtype, or where asked for
+        (`split_product`) `SplitProduct`'s three bfloat16 products."""
         correlations = self.correlations[: x.shape[0]]
-        if atoms.dtype != torch.float32 or not split_product.enabled():
+        if not self.split_product:
             return torch.mm(x, atoms.T, out=correlations)
         if self._split_product is None:
-            self._split_product = split_product.SplitProduct(atoms, self.correlations.shape[0])
+            self._split_product = SplitProduct(atoms, self.correlations.shape[0])
         return self._split_product(x, correlations)
 
     def gram_tables(self, gram: Tensor):

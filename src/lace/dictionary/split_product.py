@@ -12,8 +12,8 @@ two are of the same order (about 1e-6 and 3e-7 at most on `benchmarks/dictionary
 data). With AMX's bfloat16 tiles the three products take 0.65-0.8 of the time of one float32
 product (AVX-512) on this machine class; inside the encoder (benchmarks/dictionary_encode.py) the
 split product saved 8-13% of the whole encode time (three runs, loaded machine). The fused OMP
-kernel uses it when LACE_SPLIT_PRODUCT=1 on a CPU where it is `supported()`; by default it uses
-the float32 product, because the split product's rounding, of float32's order but not float32's,
+kernel uses it when asked for (`encode(..., split_product=True)`, on a CPU where it is `supported()`);
+by default it uses the float32 product, because the split product's rounding, of float32's order but not float32's,
 changes the order in which near-tied atoms are chosen in a few rows (3 of 100,000 on the
 benchmark's data: same atoms, codes within 1.3e-6).
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from pathlib import Path
 
 import torch
@@ -59,12 +58,6 @@ def _cpu_has_amx_bf16() -> bool:
 def supported() -> bool:
     """True where the split product runs: a CPU with AMX bfloat16 tiles and oneMKL's bfloat16 product in torch."""
     return torch.backends.mkl.is_available() and _cpu_has_amx_bf16() and _gemm_bf16bf16f32() is not None
-
-
-def enabled() -> bool:
-    """True where the split product is asked for (LACE_SPLIT_PRODUCT=1) and supported. Off by default: its
-    codes can differ from the float32 product's in the order of near-tied atoms (see the module docstring)."""
-    return os.environ.get("LACE_SPLIT_PRODUCT") == "1" and supported()
 
 
 def split_rows(rows: Tensor, atoms_side: bool) -> Tensor:

@@ -13,7 +13,6 @@ hashes, so a damaged file gives a clear error instead of a silent bad resume.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import pickle
 import shutil
@@ -27,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from lace.encoders.weights import CHECKPOINT_DIR, LATEST, NAME, latest_checkpoint
 from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from lace.manifest import sha256_file
 
 
 @dataclass
@@ -41,14 +41,6 @@ class Checkpoint:
 
 def checkpoint_name(step: int) -> str:
     return f"step_{step:07d}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], state: dict,
@@ -67,7 +59,7 @@ def save_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], 
     manifest = {
         "step": step,
         "files": {
-            kind: {"name": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+            kind: {"name": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
             for kind, path in (("weights", weights_path), ("state", state_path))
         },
     }
@@ -148,7 +140,7 @@ def load_checkpoint(manifest_path: Path, run_dir: Path | None = None) -> Checkpo
         raise LaceInputError(f"{manifest_path}: not a checkpoint manifest (missing {error})") from error
     for kind, path in files.items():
         expected = manifest["files"][kind]["sha256"]
-        if not path.is_file() or _sha256(path) != expected:
+        if not path.is_file() or sha256_file(path) != expected:
             raise _damaged(path, manifest_path, run_dir, "its SHA-256 does not match the manifest"
                            if path.is_file() else "the file is missing")
     try:

@@ -20,7 +20,7 @@ from lace.encoders import load_encoder
 from lace.encoders.open_clip_encoder import quick_gelu_for
 from lace.encoders.weights import RUN_CONFIG, TRAINED, resolve_pretrained
 from lace.errors import LaceInputError
-from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, read_json
+from lace.io import atomic_path, atomic_write_bytes, atomic_write_json, check_output_file, read_json
 from lace.train import checkpoints
 from lace.train.wise_ft import check_same_architecture, interpolate_state_dicts, read_state_dict
 
@@ -37,9 +37,7 @@ def export_run(
     `(1 - alpha) base + alpha fine-tune` instead (`lace.train.wise_ft`); the side JSON
     records `interpolation` (`alpha`, `base`). Returns `out`.
     """
-    run_dir, out = Path(run_dir), Path(out)
-    if out.exists() and not overwrite:
-        raise LaceInputError(f"{out}: file exists; pass --overwrite to replace it")
+    run_dir, out = Path(run_dir), check_output_file(out, overwrite, what="export")
     if (interpolate is None) != (base is None):
         raise LaceInputError("--interpolate ALPHA and --base CHECKPOINT go together (WiSE-FT needs both)")
     if interpolate is not None and not 0.0 <= interpolate <= 1.0:
