@@ -60,17 +60,41 @@ def _forms(pairs: str) -> dict[str, str]:
     return number
 
 
+def _singulars(pairs: str) -> dict[str, str]:
+    """'man/men woman/women' -> {'man': 'man', 'men': 'man', ...}."""
+    return {form: pair.split("/")[0] for pair in pairs.split() for form in pair.split("/")}
+
+
 PEOPLE = _forms("man/men woman/women boy/boys girl/girls child/children kid/kids person/people lady/ladies guy/guys "
-                "toddler/toddlers teenager/teenagers baby/babies")
-ANIMALS = _forms("dog/dogs puppy/puppies cat/cats horse/horses cow/cows bird/birds duck/ducks goat/goats pony/ponies "
-                 "bull/bulls animal/animals")
+                "toddler/toddlers teenager/teenagers baby/babies player/players runner/runners skier/skiers "
+                "biker/bikers cyclist/cyclists rider/riders surfer/surfers swimmer/swimmers dancer/dancers "
+                "worker/workers climber/climbers skateboarder/skateboarders snowboarder/snowboarders "
+                "athlete/athletes musician/musicians performer/performers officer/officers policeman/policemen "
+                "soldier/soldiers wrestler/wrestlers boxer/boxers gymnast/gymnasts goalie/goalies")
+ANIMAL_NAMES = ("dog/dogs puppy/puppies cat/cats horse/horses cow/cows bird/birds duck/ducks goat/goats pony/ponies "
+                 "bull/bulls animal/animals kitten/kittens camel/camels")
+ANIMALS = _forms(ANIMAL_NAMES)
+# Things whose colour a caption names and that no person or animal wears: the heads of colour phrases besides the
+# animals and the garments.
+THING_NAMES = (
+    "ball/balls frisbee/frisbees toy/toys stick/sticks bike/bikes bicycle/bicycles car/cars truck/trucks "
+    "boat/boats kayak/kayaks canoe/canoes raft/rafts bus/buses motorcycle/motorcycles scooter/scooters "
+    "skateboard/skateboards surfboard/surfboards snowboard/snowboards sled/sleds umbrella/umbrellas kite/kites "
+    "tent/tents chair/chairs bench/benches door/doors wall/walls fence/fences building/buildings house/houses "
+    "balloon/balloons bag/bags backpack/backpacks rope/ropes leash/leashes flag/flags sign/signs tube/tubes "
+    "bucket/buckets hose/hoses slide/slides tractor/tractors van/vans jeep/jeeps wagon/wagons cart/carts "
+    "tricycle/tricycles stroller/strollers table/tables couch/couches sofa/sofas blanket/blankets towel/towels "
+    "guitar/guitars microphone/microphones bat/bats racket/rackets cone/cones hoop/hoops net/nets pole/poles "
+    "ladder/ladders barrel/barrels box/boxes basket/baskets cup/cups bottle/bottles banner/banners "
+    "train/trains plane/planes airplane/airplanes helicopter/helicopters jet/jets")
+THINGS = _forms(THING_NAMES)
 GARMENTS = _set(
     "shirt shirts t-shirt t-shirts tshirt dress dresses jacket jackets coat coats hat hats cap caps helmet helmets "
     "top tops sweater sweaters sweatshirt sweatshirts hoodie hoodies pants shorts jeans skirt skirts uniform "
     "uniforms suit suits swimsuit swimsuits bikini bikinis outfit outfits costume costumes vest vests scarf gloves "
     "boots shoes sneakers socks bandana headband goggles wetsuit wetsuits trunks jersey jerseys gown apron "
     "overalls leggings tights beanie hood collar harness sunglasses clothes clothing")
-WOMENS_GARMENTS = _set("dress dresses skirt skirts bikini bikinis gown")
+WOMENS_GARMENTS = _set("dress skirt bikini gown")  # singular: see `_worn`
 NOT_AGENTS = frozenset({"baby", "babies"})  # "a baby pushes a man": not a plausible exchange
 MEN = _set("man men boy boys guy guys")
 ENTITY_DETERMINERS = _set("a an another the one two three four several some")
@@ -113,6 +137,45 @@ SYMMETRIC_RELATIONS = frozenset({("and",), ("with",), ("beside",), ("next", "to"
     "talk/talks/talking+to talk/talks/talking+with wrestle/wrestles/wrestling+with fight/fights/fighting+with "
     "fight/fights/fighting stand/stands/standing+with sit/sits/sitting+with pose/poses/posing+with "
     "dance/dances/dancing+with") | {("is", "next", "to"), ("are", "next", "to")}
+
+# Directed relations whose two directions are both plausible when both sides are people or both are animals
+# ("a man carries a boy" / "a boy carries a man"), not when one is a person and the other an animal.
+SAME_KIND_RELATIONS = OBJECT_RELATIONS | _verb_connectors(
+    "hold/holds/holding carry/carries/carrying lift/lifts/lifting help/helps/helping bite/bites/biting "
+    "lick/licks/licking sniff/sniffs/sniffing nuzzle/nuzzles/nuzzling jump/jumps/jumping+on "
+    "jump/jumps/jumping+up_at take/takes/taking+a_picture_of photograph/photographs/photographing "
+    "attack/attacks/attacking pin/pins/pinning kick/kicks/kicking") | {
+    prefix + (done, "by") for prefix in ((), ("is",), ("are",), ("is", "being"), ("are", "being"), ("being",))
+    for done in ("held", "carried", "lifted", "helped", "bitten", "attacked")}
+# A finite verb and its form for the other number, so that a subject of the other number can take its place.
+OTHER_NUMBER = {"is": "are", "are": "is"} | {
+    form: other for entry in (
+        "chase/chases follow/follows watch/watches push/pushes pull/pulls lead/leads tackle/tackles look/looks "
+        "stare/stares jump/jumps run/runs walk/walks stand/stands sit/sits spray/sprays splash/splashes hold/holds "
+        "carry/carries lift/lifts help/helps bite/bites lick/licks sniff/sniffs nuzzle/nuzzles take/takes "
+        "photograph/photographs attack/attacks pin/pins kick/kicks").split()
+    for plain, third in [entry.split("/")] for form, other in ((plain, third), (third, plain))}
+# Colours an animal may have: a garment's or a thing's colour phrase moves onto an animal only when it names these.
+ANIMAL_COLOURS = _set("black white brown tan gray grey golden gold beige blond blonde dark light red yellow")
+# Heads a reader takes for the same kind of thing: an exchange between two of them across "and" changes nothing.
+HEAD_CLASSES = _singulars(ANIMAL_NAMES) | _singulars(THING_NAMES) | {
+    word: "dog" for word in ("dog", "dogs", "puppy", "puppies")} | {
+    word: "cat" for word in ("cat", "cats", "kitten", "kittens")} | {
+    word: "horse" for word in ("horse", "horses", "pony", "ponies")} | {
+    word: "bike" for word in ("bike", "bikes", "bicycle", "bicycles")}
+PERSON_CLASSES = {"man": "man", "men": "man", "guy": "man", "guys": "man", "woman": "woman", "women": "woman",
+                  "lady": "woman", "ladies": "woman", "boy": "boy", "boys": "boy", "girl": "girl", "girls": "girl",
+                  "person": "person", "people": "person"} | {word: "person" for word in _set(
+                      "player players runner runners skier skiers biker bikers cyclist cyclists rider riders "
+                      "surfer surfers swimmer swimmers dancer dancers worker workers climber climbers skateboarder "
+                      "skateboarders snowboarder snowboarders athlete athletes musician musicians performer "
+                      "performers officer officers policeman policemen soldier soldiers wrestler wrestlers boxer "
+                      "boxers gymnast gymnasts goalie goalies")} | {word: "child" for word in _set(
+                      "child children kid kids toddler toddlers baby babies teenager teenagers")}
+GENDERED_PRONOUNS = _set("he him his himself she her hers herself")
+MALE, FEMALE = _set("man men boy boys guy guys"), _set("woman women girl girls lady ladies")
+# Words between two clauses whose subjects may trade places ("a man sits while a woman stands").
+CLAUSE_JOINS = _set("while whilst as and , where when")
 
 LEFT_BOUNDARIES = frozenset({",", ".", "while", "as", "where", "when"})
 # After the second noun phrase: a word that cannot continue it (nouns, "'s", "of") ends nothing.
@@ -173,8 +236,8 @@ def _garment(tokens: Sequence[str], i: int) -> int | None:
 
 
 def _attire(tokens: Sequence[str], i: int) -> int:
-    """The end of the clothing phrase at `i` ("in a red shirt and blue jeans"), or `i` when there is none
-    (or it names no colour: then it carries no attribute to exchange)."""
+    """The end of the clothing phrase at `i` ("in a red shirt and blue jeans", "wearing a hat", "in blue"), or `i`
+    when there is none."""
     for opener in ATTIRE_OPENERS:
         if tuple(tokens[i:i + len(opener)]) != opener:
             continue
@@ -187,7 +250,7 @@ def _attire(tokens: Sequence[str], i: int) -> int:
         if end is None:  # a colour alone ("the boy in blue", "wearing black and white") is clothing too
             colours_end = _modifiers(tokens, i + len(opener), COLOURS | SHADES)
             end = colours_end if colours_end > i + len(opener) and _ends_clause(tokens, colours_end) else None
-        if end is not None and any(token in COLOURS for token in tokens[i:end]):
+        if end is not None:
             return end
     return i
 
@@ -254,6 +317,71 @@ def starts_clause(tokens: Sequence[str], phrase: NounPhrase) -> bool:
     return phrase.start == 0 or tokens[phrase.start - 1] in LEFT_BOUNDARIES
 
 
+def _is_verb(token: str) -> bool:
+    """Whether `token` goes on a clause after its subject ("walks", "is", "running")."""
+    return (token in CLAUSE_VERBS or token in OTHER_NUMBER
+            or (token.endswith("ing") and token not in ING_NOUNS and token not in ATTACHING))
+
+
+def clause_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase]]:
+    """Every (first, second) of two subjects of two clauses ("a man in red sits while a woman stands"): the first
+    starts the caption or a clause, each is followed by its verb, and the second follows a word of
+    `CLAUSE_JOINS` after the first clause has said something."""
+    phrases = [phrase for phrase in map(lambda i: _noun_phrase(tokens, i), range(len(tokens))) if phrase is not None]
+    subjects = [phrase for phrase in phrases if phrase.end < len(tokens) and _is_verb(tokens[phrase.end])]
+    return [(first, second) for first in subjects if starts_clause(tokens, first)
+            for second in subjects if second.start - 1 > first.end and tokens[second.start - 1] in CLAUSE_JOINS]
+
+
+@dataclass(frozen=True)
+class ColouredPhrase:
+    """A head noun (an animal, a garment or a thing) whose modifiers [start, head) hold one colour phrase
+    [colour_start, colour_end) ("a small black and white dog": "black and white")."""
+
+    start: int
+    colour_start: int
+    colour_end: int
+    head: int
+
+    def colours(self, tokens: Sequence[str]) -> frozenset[str]:
+        return frozenset(part for token in tokens[self.colour_start:self.colour_end] for part in token.split("-")
+                         if part in COLOURS)
+
+
+def _is_colour(tokens: Sequence[str], i: int) -> bool:
+    """Whether the word at `i` belongs to a colour phrase ("dark", "blue-green", the "and" of "black and white")."""
+    if tokens[i] == "and":
+        return 0 < i < len(tokens) - 1 and tokens[i - 1] in COLOURS and tokens[i + 1] in COLOURS
+    return _is_word_of(tokens[i], COLOURS | SHADES)
+
+
+def _coloured_phrase(tokens: Sequence[str], head: int) -> ColouredPhrase | None:
+    """The colour phrase of the head noun at `head`, or None (no colour, two colour phrases, or the noun is the
+    first half of a compound: the colour of "a black dog collar" is the collar's)."""
+    if not (tokens[head] in ANIMALS or tokens[head] in THINGS or tokens[head] in GARMENTS):
+        return None
+    if head + 1 < len(tokens) and any(tokens[head + 1] in nouns for nouns in (PEOPLE, ANIMALS, THINGS, GARMENTS)):
+        return None
+    start = head
+    while start > 0 and (_is_colour(tokens, start - 1) or _is_word_of(tokens[start - 1], ENTITY_ADJECTIVES
+                                                                          | GARMENT_MODIFIERS)):
+        start -= 1
+    runs, i = [], start
+    while i < head:
+        if _is_colour(tokens, i):
+            end = next((j for j in range(i, head) if not _is_colour(tokens, j)), head)
+            runs.append((i, end))
+            i = end
+        i += 1
+    found = [ColouredPhrase(start, a, b, head) for a, b in runs]
+    return found[0] if len(found) == 1 and found[0].colours(tokens) else None
+
+
+def coloured_phrases(tokens: Sequence[str]) -> list[ColouredPhrase]:
+    """Every colour phrase of `tokens` bound to an animal, a garment or a thing, left to right."""
+    return [phrase for phrase in map(lambda i: _coloured_phrase(tokens, i), range(len(tokens))) if phrase is not None]
+
+
 # --- rewrites -----------------------------------------------------------------------------------------------
 
 def _exchange(tokens: list[str], first: tuple[int, int], second: tuple[int, int]) -> list[str]:
@@ -267,17 +395,25 @@ def _article(word: str) -> str:
 
 
 def _attire_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symmetric: bool) -> list[list[str]]:
+    """The clothing phrases of two people (or two animals) exchanged whole ("a man in a hat talks to a woman in a
+    black dress" -> "a man in a black dress ..." is refused, "a boy in a hat ... a girl in a black coat" is not)."""
     if not (first.has_attire and second.has_attire) or first.kind != second.kind:
         return []
-    worn_first, worn_second = tokens[first.head + 1:first.end], tokens[second.head + 1:second.end]
-    # the same colours on both ("in red winter clothes" / "in red") bind nothing differently
-    if COLOURS & set(worn_first) == COLOURS & set(worn_second) or (symmetric and tokens[first.start:first.head + 1]
-                                     == tokens[second.start:second.head + 1]):
+    worn_first, worn_second = _worn(tokens[first.head + 1:first.end]), _worn(tokens[second.head + 1:second.end])
+    # each must wear a colour or a garment the other does not ("in red winter clothes" / "in red" bind nothing)
+    if not (worn_first - worn_second and worn_second - worn_first) or (
+            symmetric and tokens[first.start:first.head + 1] == tokens[second.start:second.head + 1]):
         return []
     for wearer, worn in ((first, worn_second), (second, worn_first)):
-        if tokens[wearer.head] in MEN and WOMENS_GARMENTS & set(worn):
+        if tokens[wearer.head] in MALE and WOMENS_GARMENTS & worn:
             return []
     return [_exchange(tokens, (first.head + 1, first.end), (second.head + 1, second.end))]
+
+
+def _worn(words: Sequence[str]) -> frozenset[str]:
+    """The colours and the garments (singular) a clothing phrase names."""
+    return frozenset(part for word in words for part in word.split("-") if part in COLOURS) | frozenset(
+        _head_class(word) for word in words if word in GARMENTS)
 
 
 def _colour_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symmetric: bool) -> list[list[str]]:
@@ -293,46 +429,6 @@ def _colour_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symm
     return [swapped]
 
 
-def _garments(tokens: Sequence[str], phrase: NounPhrase) -> list[tuple[int, int]]:
-    """(first modifier, head) of each garment of `phrase`'s clothing ("in a red shirt and blue jeans")."""
-    opener = next(o for o in ATTIRE_OPENERS if tuple(tokens[phrase.head + 1:phrase.head + 1 + len(o)]) == o)
-    found, i = [], phrase.head + 1 + len(opener)
-    while i < phrase.end:
-        i += tokens[i] in GARMENT_DETERMINERS
-        head = _modifiers(tokens, i, GARMENT_MODIFIERS)
-        if head >= phrase.end or tokens[head] not in GARMENTS:
-            return []  # a colour alone: no garments
-        found.append((i, head))
-        i = head + 2  # past the head and the "and"
-    return found
-
-
-def _garment_colour_swaps(tokens: list[str]) -> list[list[str]]:
-    """The colour phrases of two different garments one person wears exchanged ("a red shirt and blue jeans"
-    -> "a blue shirt and red jeans"); garments with other modifiers (striped, long-sleeved) are left alone."""
-    rewrites = []
-    for start in range(len(tokens)):
-        phrase = _noun_phrase(tokens, start)
-        if phrase is None or phrase.kind != "person" or not phrase.has_attire:
-            continue
-        garments = _garments(tokens, phrase)
-        for n, (first_start, first_head) in enumerate(garments):
-            for second_start, second_head in garments[n + 1:]:
-                first, second = tokens[first_start:first_head], tokens[second_start:second_head]
-                if not all(_only_colours(words) for words in (first, second)) or first == second or (
-                        tokens[first_head] == tokens[second_head]):
-                    continue
-                swapped = _exchange(tokens, (first_start, first_head), (second_start, second_head))
-                _fix_articles(swapped, (first_start - 1, second_start - 1 + len(second) - len(first)))
-                rewrites.append(swapped)
-    return rewrites
-
-
-def _only_colours(words: Sequence[str]) -> bool:
-    return bool(words) and bool(COLOURS & set(words)) and all(w in COLOURS or w in SHADES or w == "and"
-                                                              for w in words)
-
-
 def _fix_articles(tokens: list[str], positions: Sequence[int]) -> None:
     """"a" or "an" at `positions` made to agree with the word after it (in place)."""
     for position in positions:
@@ -340,11 +436,99 @@ def _fix_articles(tokens: list[str], positions: Sequence[int]) -> None:
             tokens[position] = _article(tokens[position + 1])
 
 
+def _colour_phrase_swaps(tokens: list[str], distinguished: set[tuple[int, int]]) -> list[list[str]]:
+    """The colour phrases of two different things exchanged whole ("a man in a black and white shirt rides a red
+    bike" -> "a man in a red shirt rides a black and white bike"). Two of the same kind (two dogs) only where the
+    caption tells them apart: `distinguished` holds their heads' positions (a directed relation or two clauses)."""
+    rewrites = []
+    phrases = coloured_phrases(tokens)
+    for n, first in enumerate(phrases):
+        for second in phrases[n + 1:]:
+            if _colour_swap_refused(tokens, first, second, distinguished):
+                continue
+            swapped = _exchange(tokens, (first.colour_start, first.colour_end),
+                                (second.colour_start, second.colour_end))
+            shift = (second.colour_end - second.colour_start) - (first.colour_end - first.colour_start)
+            _fix_articles(swapped, (first.colour_start - 1, second.colour_start - 1 + shift))
+            rewrites.append(swapped)
+    return rewrites
+
+
+def _colour_swap_refused(tokens: Sequence[str], first: ColouredPhrase, second: ColouredPhrase,
+                         distinguished: set[tuple[int, int]]) -> bool:
+    own_first, own_second = first.colours(tokens), second.colours(tokens)
+    if not (own_first - own_second and own_second - own_first):
+        return True  # each must bring a colour the other lacks, or the exchange may still be true
+    for phrase, arriving in ((first, own_second), (second, own_first)):
+        if tokens[phrase.head] in ANIMALS and not arriving <= ANIMAL_COLOURS:
+            return True  # "a blue dog": implausible, a text alone would reject it
+    if _head_class(tokens[first.head]) == _head_class(tokens[second.head]):
+        return (first.head, second.head) not in distinguished
+    return False
+
+
+def _head_class(word: str) -> str:
+    """What a reader takes `word` for: "puppies" -> "dog", "shirts" -> "shirt", any animal word -> itself."""
+    if word in HEAD_CLASSES:
+        return HEAD_CLASSES[word]
+    for ending in ("es", "s"):
+        if word.endswith(ending) and word[:-len(ending)] in GARMENTS:
+            return word[:-len(ending)]
+    return word
+
+
+def _could_be_one(first: str, second: str) -> bool:
+    """Whether two person or animal words may name the same one ("a boy" and "a child", "a dog" and "an
+    animal"): exchanging them changes nothing a picture shows."""
+    classes = {PERSON_CLASSES.get(first, _head_class(first)), PERSON_CLASSES.get(second, _head_class(second))}
+    return len(classes) == 1 or bool(classes & {"person", "animal"}) or classes in ({"child", "boy"},
+                                                                                      {"child", "girl"})
+
+
+def _subjects_refused(tokens: Sequence[str], first: NounPhrase, second: NounPhrase) -> bool:
+    """Whether two noun phrases may not trade places as wholes: they may name one kind of thing, one cannot act
+    (a baby), one refers back ("another"), or a pronoun would then disagree with its noun."""
+    words = (tokens[first.head], tokens[second.head])
+    genders = {("male" if word in MALE else "female" if word in FEMALE else "") for word in words}
+    return (_could_be_one(*words) or bool(set(words) & NOT_AGENTS) or "another" in (tokens[first.start],
+            tokens[second.start]) or (len(genders) == 2 and bool(GENDERED_PRONOUNS & set(tokens))))
+
+
 def _object_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, relation) -> list[list[str]]:
-    heads = {tokens[first.head], tokens[second.head]}
-    if not starts_clause(tokens, first) or relation not in OBJECT_RELATIONS or first.number != second.number or len(heads) == 1 or heads & NOT_AGENTS:
+    """The two noun phrases around a relation exchanged whole ("a man in red chases a dog" -> "a dog chases a man
+    in red"), the verb made to agree with its new subject."""
+    reversible = relation in OBJECT_RELATIONS or (first.kind == second.kind and relation in SAME_KIND_RELATIONS)
+    if not starts_clause(tokens, first) or not reversible or _subjects_refused(tokens, first, second):
+        return []
+    swapped = _exchange(tokens, (first.start, first.end), (second.start, second.end))
+    if first.number != second.number:
+        if any(token in OTHER_NUMBER or token in CLAUSE_VERBS for token in tokens[second.end:]):
+            return []  # a later verb of the subject would disagree
+        verb = second.end - first.end + first.start  # the relation's first word, after the exchange
+        swapped[verb] = OTHER_NUMBER.get(swapped[verb], swapped[verb])
+    return [swapped]
+
+
+def _clause_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> list[list[str]]:
+    """The subjects of two clauses exchanged whole ("a man in red sits while a woman stands" -> "a woman sits
+    while a man in red stands"): both people or both animals, of one number."""
+    if first.kind != second.kind or first.number != second.number or _subjects_refused(tokens, first, second):
         return []
     return [_exchange(tokens, (first.start, first.end), (second.start, second.end))]
+
+
+def _attribute_pairs(tokens: Sequence[str], pairs: list, clauses: list) -> list[tuple[NounPhrase, NounPhrase, bool]]:
+    """(first, second, told apart) for every two people or animals whose attributes may be exchanged: those a
+    relation joins (told apart unless it reads the same both ways), the subjects of two clauses (told apart), and
+    any other two that cannot name the same kind of one ("a man in red ... near a woman in blue")."""
+    found = [(first, second, relation not in SYMMETRIC_RELATIONS) for first, second, relation in pairs]
+    found += [(first, second, True) for first, second in clauses]
+    seen = {(first.start, second.start) for first, second, _ in found}
+    phrases = [phrase for phrase in map(lambda i: _noun_phrase(tokens, i), range(len(tokens))) if phrase is not None]
+    found += [(first, second, True) for first in phrases for second in phrases
+              if second.start >= first.end and (first.start, second.start) not in seen
+              and not _could_be_one(tokens[first.head], tokens[second.head])]
+    return found
 
 
 def phrase_swaps(caption: str, kind: str) -> list[str]:
@@ -356,14 +540,20 @@ def phrase_swaps(caption: str, kind: str) -> list[str]:
         return []
     capital = words[0][:1].isupper()
     tokens = [words[0][:1].lower() + words[0][1:]] + words[1:]
-    rewrites = _garment_colour_swaps(tokens) if kind == "swap_att" else []
-    for first, second, relation in related_pairs(tokens):
-        if kind == "swap_obj":
+    pairs, clauses = related_pairs(tokens), clause_pairs(tokens)
+    rewrites = []
+    if kind == "swap_obj":
+        for first, second, relation in pairs:
             rewrites += _object_swaps(tokens, first, second, relation)
-        else:
-            symmetric = relation in SYMMETRIC_RELATIONS
-            rewrites += _attire_swaps(tokens, first, second, symmetric)
-            rewrites += _colour_swaps(tokens, first, second, symmetric)
+        for first, second in clauses:
+            rewrites += _clause_swaps(tokens, first, second)
+    else:
+        told_apart = _attribute_pairs(tokens, pairs, clauses)
+        for first, second, apart in told_apart:
+            rewrites += _attire_swaps(tokens, first, second, not apart)
+            rewrites += _colour_swaps(tokens, first, second, not apart)
+        rewrites += _colour_phrase_swaps(tokens, {(first.head, second.head) for first, second, apart in told_apart
+                                                  if apart})
     texts = []
     for rewrite in rewrites:
         if capital:
