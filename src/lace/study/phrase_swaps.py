@@ -40,8 +40,9 @@ def _set(words: str) -> frozenset[str]:
 
 COLOURS = _set(
     "red blue green yellow black white brown pink orange purple gray grey tan gold golden silver beige maroon "
-    "teal navy turquoise")
+    "teal navy turquoise khaki cream burgundy lime violet olive aqua neon bronze copper ivory magenta crimson")
 SHADES = _set("dark light bright pale")
+MATERIALS = _set("brick stone wooden wood metal glass concrete plastic red-brick")
 ENTITY_ADJECTIVES = COLOURS | SHADES | _set(
     "young little small smaller large larger big bigger old older elderly tall wet muddy fluffy shaggy furry spotted curly blond blonde "
     "brunette shirtless smiling")
@@ -72,7 +73,8 @@ PEOPLE = _forms("man/men woman/women boy/boys girl/girls child/children kid/kids
                 "athlete/athletes musician/musicians performer/performers officer/officers policeman/policemen "
                 "soldier/soldiers wrestler/wrestlers boxer/boxers gymnast/gymnasts goalie/goalies")
 ANIMAL_NAMES = ("dog/dogs puppy/puppies cat/cats horse/horses cow/cows bird/birds duck/ducks goat/goats pony/ponies "
-                 "bull/bulls animal/animals kitten/kittens camel/camels")
+                 "bull/bulls animal/animals kitten/kittens camel/camels kitty/kitties "
+                "lamb/lambs")
 ANIMALS = _forms(ANIMAL_NAMES)
 # Things whose colour a caption names and that no person or animal wears: the heads of colour phrases besides the
 # animals and the garments.
@@ -86,14 +88,18 @@ THING_NAMES = (
     "tricycle/tricycles stroller/strollers table/tables couch/couches sofa/sofas blanket/blankets towel/towels "
     "guitar/guitars microphone/microphones bat/bats racket/rackets cone/cones hoop/hoops net/nets pole/poles "
     "ladder/ladders barrel/barrels box/boxes basket/baskets cup/cups bottle/bottles banner/banners "
-    "train/trains plane/planes airplane/airplanes helicopter/helicopters jet/jets")
+    "train/trains plane/planes airplane/airplanes helicopter/helicopters jet/jets paddle/paddles float/floats "
+    "pool/pools tarp/tarps motorbike/motorbikes tire/tires wheel/wheels rail/rails ramp/ramps mat/mats sail/sails "
+    "parachute/parachutes tunnel/tunnels hurdle/hurdles goal/goals bowl/bowls disc/discs frame/frames")
 THINGS = _forms(THING_NAMES)
 GARMENTS = _set(
     "shirt shirts t-shirt t-shirts tshirt dress dresses jacket jackets coat coats hat hats cap caps helmet helmets "
     "top tops sweater sweaters sweatshirt sweatshirts hoodie hoodies pants shorts jeans skirt skirts uniform "
     "uniforms suit suits swimsuit swimsuits bikini bikinis outfit outfits costume costumes vest vests scarf gloves "
     "boots shoes sneakers socks bandana headband goggles wetsuit wetsuits trunks jersey jerseys gown apron "
-    "overalls leggings tights beanie hood collar harness sunglasses clothes clothing")
+    "overalls leggings tights beanie hood collar harness sunglasses clothes clothing cape robe robes shawl mittens "
+    "tutu leotard leotards poncho raincoat parka blazer tie belt mask wig necklace glove sweatpants bandanna "
+    "glasses backpack")
 WOMENS_GARMENTS = _set("dress skirt bikini gown")  # singular: see `_worn`
 NOT_AGENTS = frozenset({"baby", "babies"})  # "a baby pushes a man": not a plausible exchange
 MEN = _set("man men boy boys guy guys")
@@ -131,6 +137,19 @@ DIRECTED_RELATIONS = OBJECT_RELATIONS | _verb_connectors(
     "lift/lifts/lifting bite/bites/biting lick/licks/licking sniff/sniffs/sniffing nuzzle/nuzzles/nuzzling "
     "jump/jumps/jumping+on jump/jumps/jumping+up_at kiss/kisses/kissing take/takes/taking+a_picture_of "
     "photograph/photographs/photographing")
+# Where one thing stands relative to another: the two can trade places, a thing keeping still ("a man stands in
+# front of a brick wall" -> "a brick wall stands in front of a man").
+PLACES = frozenset({("in", "front", "of"), ("behind",)})
+STILL_VERBS = frozenset({(), ("is",), ("are",)}) | {prefix + (verb,) for prefix in ((), ("is",), ("are",))
+                                                      for verb in ("standing", "sitting")} | {
+    (verb,) for verb in ("stands", "stand", "sits", "sit")}
+# Things a person or an animal stands in front of or behind (besides `THINGS`); not "the camera", which is unseen.
+PLACE_NAMES = (
+    "building/buildings wall/walls house/houses store/stores shop/shops window/windows tree/trees statue/statues "
+    "fountain/fountains crowd/crowds church/churches mural/murals painting/paintings curtain/curtains "
+    "backdrop/backdrops waterfall/waterfalls stage/stages display/displays machine/machines rock/rocks "
+    "bush/bushes gate/gates doorway/doorways archway/archways truck/trucks sculpture/sculptures")
+PLACE_THINGS = _forms(PLACE_NAMES) | THINGS
 # Relations that read the same both ways: an exchange across them must change which one is which.
 SYMMETRIC_RELATIONS = frozenset({("and",), ("with",), ("beside",), ("next", "to")}) | _verb_connectors(
     "stand/stands/standing+next_to sit/sits/sitting+next_to play/plays/playing+with walk/walks/walking+with "
@@ -172,6 +191,18 @@ PERSON_CLASSES = {"man": "man", "men": "man", "guy": "man", "guys": "man", "woma
                       "performers officer officers policeman policemen soldier soldiers wrestler wrestlers boxer "
                       "boxers gymnast gymnasts goalie goalies")} | {word: "child" for word in _set(
                       "child children kid kids toddler toddlers baby babies teenager teenagers")}
+# Size and age words by side: an exchange must carry one side's word to the other ("little" for "small" says nothing).
+SIZES = (_set("little small smaller tiny"), _set("big bigger large larger huge giant"))
+AGES = (_set("young younger"), _set("old older elderly"))
+CHILDREN = _set("child children kid kids toddler toddlers baby babies")
+# Relations a child does not do to an adult ("a child carries a woman").
+CARRYING = _set("hold holds holding held carry carries carrying carried lift lifts lifting lifted")
+# What a person and an animal can both be doing, so that the subjects of two clauses may trade places.
+SHARED_VERBS = _set(
+    "run runs running walk walks walking sit sits sitting stand stands standing watch watches watching look looks "
+    "looking jump jumps jumping swim swims swimming play plays playing lie lies lying lay lays laying wait waits "
+    "waiting wade wades wading")
+POSSESSIVES = _set("his her their its")
 GENDERED_PRONOUNS = _set("he him his himself she her hers herself")
 MALE, FEMALE = _set("man men boy boys guy guys"), _set("woman women girl girls lady ladies")
 # Words between two clauses whose subjects may trade places ("a man sits while a woman stands").
@@ -250,9 +281,17 @@ def _attire(tokens: Sequence[str], i: int) -> int:
         if end is None:  # a colour alone ("the boy in blue", "wearing black and white") is clothing too
             colours_end = _modifiers(tokens, i + len(opener), COLOURS | SHADES)
             end = colours_end if colours_end > i + len(opener) and _ends_clause(tokens, colours_end) else None
-        if end is not None:
+        if end is not None and not _continues(tokens, end):
             return end
     return i
+
+
+def _continues(tokens: Sequence[str], end: int) -> bool:
+    """Whether a clothing phrase goes on past `end` ("a shawl over her head", "in pink , striped clothing")."""
+    if end + 1 >= len(tokens) or tokens[end] not in RIGHT_BOUNDARIES:
+        return False
+    return bool(set(tokens[end + 1:end + 3]) & POSSESSIVES) or (
+        tokens[end] == "," and (tokens[end + 1] in GARMENT_MODIFIERS or tokens[end + 1] in GARMENTS))
 
 
 def _noun_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
@@ -309,6 +348,38 @@ def related_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, t
             if second is not None and _ends_cleanly(tokens, second.end):
                 pairs.append((first, second, relation))
     return sorted(pairs, key=lambda pair: (pair[0].start, pair[1].start, pair[2]))
+
+
+def _thing_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
+    """A thing's noun phrase that starts at `start` ("a large brick building"), kind "thing", or None."""
+    if start >= len(tokens) or tokens[start] not in ("a", "an", "the", "two", "some", "several"):
+        return None
+    head = _modifiers(tokens, start + 1, ENTITY_ADJECTIVES | GARMENT_MODIFIERS | MATERIALS)
+    if head >= len(tokens) or tokens[head] not in PLACE_THINGS:
+        return None
+    number = PLACE_THINGS[tokens[head]]
+    if (tokens[start] in ("a", "an")) != (number == "singular") and tokens[start] != "the":
+        return None
+    return NounPhrase(start, head, head + 1, "thing", number)
+
+
+def place_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
+    """Every (subject, thing, relation) of a person or an animal that starts a clause, a verb of standing still
+    (or none), `PLACES` and a thing's noun phrase that ends cleanly ("a man is standing behind a red car")."""
+    pairs = []
+    for start in range(len(tokens)):
+        first = _noun_phrase(tokens, start)
+        if first is None or not starts_clause(tokens, first):
+            continue
+        for still in STILL_VERBS:
+            for place in PLACES:
+                relation = still + place
+                if tuple(tokens[first.end:first.end + len(relation)]) != relation:
+                    continue
+                second = _thing_phrase(tokens, first.end + len(relation))
+                if second is not None and _ends_cleanly(tokens, second.end):
+                    pairs.append((first, second, relation))
+    return pairs
 
 
 def starts_clause(tokens: Sequence[str], phrase: NounPhrase) -> bool:
@@ -378,8 +449,17 @@ def _coloured_phrase(tokens: Sequence[str], head: int) -> ColouredPhrase | None:
 
 
 def coloured_phrases(tokens: Sequence[str]) -> list[ColouredPhrase]:
-    """Every colour phrase of `tokens` bound to an animal, a garment or a thing, left to right."""
-    return [phrase for phrase in map(lambda i: _coloured_phrase(tokens, i), range(len(tokens))) if phrase is not None]
+    """Every colour phrase of `tokens` bound to an animal, a garment or a thing, or worn alone by a person ("a boy
+    in black and white": its head is the wearer's), left to right."""
+    found = [phrase for phrase in map(lambda i: _coloured_phrase(tokens, i), range(len(tokens))) if phrase is not None]
+    for wearer in map(lambda i: _noun_phrase(tokens, i), range(len(tokens))):
+        if wearer is None or wearer.kind != "person" or not wearer.has_attire:
+            continue
+        opener = next(o for o in ATTIRE_OPENERS if tuple(tokens[wearer.head + 1:wearer.head + 1 + len(o)]) == o)
+        colour_start = wearer.head + 1 + len(opener)
+        if all(_is_colour(tokens, i) for i in range(colour_start, wearer.end)):
+            found.append(ColouredPhrase(colour_start, colour_start, wearer.end, wearer.head))
+    return sorted(found, key=lambda phrase: phrase.colour_start)
 
 
 # --- rewrites -----------------------------------------------------------------------------------------------
@@ -487,34 +567,66 @@ def _could_be_one(first: str, second: str) -> bool:
 
 def _subjects_refused(tokens: Sequence[str], first: NounPhrase, second: NounPhrase) -> bool:
     """Whether two noun phrases may not trade places as wholes: they may name one kind of thing, one cannot act
-    (a baby), one refers back ("another"), or a pronoun would then disagree with its noun."""
+    (a baby), one refers back ("another"), or a pronoun outside them would then disagree with its noun."""
     words = (tokens[first.head], tokens[second.head])
     genders = {("male" if word in MALE else "female" if word in FEMALE else "") for word in words}
+    outside = tokens[:first.start] + tokens[first.end:second.start] + tokens[second.end:]
     return (_could_be_one(*words) or bool(set(words) & NOT_AGENTS) or "another" in (tokens[first.start],
-            tokens[second.start]) or (len(genders) == 2 and bool(GENDERED_PRONOUNS & set(tokens))))
+            tokens[second.start]) or (len(genders) == 2 and bool(GENDERED_PRONOUNS & set(outside))))
 
 
 def _object_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, relation) -> list[list[str]]:
     """The two noun phrases around a relation exchanged whole ("a man in red chases a dog" -> "a dog chases a man
     in red"), the verb made to agree with its new subject."""
-    reversible = relation in OBJECT_RELATIONS or (first.kind == second.kind and relation in SAME_KIND_RELATIONS)
+    reversible = (relation in OBJECT_RELATIONS or (first.kind == second.kind and relation in SAME_KIND_RELATIONS)
+                  or second.kind == "thing")
     if not starts_clause(tokens, first) or not reversible or _subjects_refused(tokens, first, second):
         return []
+    if CARRYING & set(relation) and {tokens[first.head], tokens[second.head]} & CHILDREN:
+        return []  # "a child holds two women"
     swapped = _exchange(tokens, (first.start, first.end), (second.start, second.end))
     if first.number != second.number:
         if any(token in OTHER_NUMBER or token in CLAUSE_VERBS for token in tokens[second.end:]):
             return []  # a later verb of the subject would disagree
-        verb = second.end - first.end + first.start  # the relation's first word, after the exchange
+        verb = first.start + second.end - second.start  # the relation's first word, after the exchange
         swapped[verb] = OTHER_NUMBER.get(swapped[verb], swapped[verb])
     return [swapped]
 
 
 def _clause_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> list[list[str]]:
     """The subjects of two clauses exchanged whole ("a man in red sits while a woman stands" -> "a woman sits
-    while a man in red stands"): both people or both animals, of one number."""
-    if first.kind != second.kind or first.number != second.number or _subjects_refused(tokens, first, second):
+    while a man in red stands"), of one number; a person and an animal only where both do what either can."""
+    if first.number != second.number or _subjects_refused(tokens, first, second):
+        return []
+    if first.kind != second.kind and not all(_clause_verb(tokens, phrase) in SHARED_VERBS
+                                             for phrase in (first, second)):
         return []
     return [_exchange(tokens, (first.start, first.end), (second.start, second.end))]
+
+
+def _clause_verb(tokens: Sequence[str], subject: NounPhrase) -> str:
+    """The verb after `subject`, past "is" or "are"."""
+    verb = subject.end + (tokens[subject.end] in ("is", "are"))
+    return tokens[verb] if verb < len(tokens) else ""
+
+
+def _size_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> list[list[str]]:
+    """A small word and a big word (or a young and an old one) of two people or animals exchanged ("a little girl
+    hugs a big dog" -> "a big girl hugs a little dog")."""
+    rewrites = []
+    for sides in (SIZES, AGES):
+        words = sides[0] | sides[1]
+        found = [[i for i in range(phrase.start + 1, phrase.head) if tokens[i] in words] for phrase in (first, second)]
+        if not all(len(positions) == 1 for positions in found):
+            continue
+        (i,), (j,) = found
+        if any({tokens[i], tokens[j]} <= side for side in sides):
+            continue
+        swapped = list(tokens)
+        swapped[i], swapped[j] = tokens[j], tokens[i]
+        _fix_articles(swapped, (i - 1, j - 1))
+        rewrites.append(swapped)
+    return rewrites
 
 
 def _attribute_pairs(tokens: Sequence[str], pairs: list, clauses: list) -> list[tuple[NounPhrase, NounPhrase, bool]]:
@@ -543,7 +655,7 @@ def phrase_swaps(caption: str, kind: str) -> list[str]:
     pairs, clauses = related_pairs(tokens), clause_pairs(tokens)
     rewrites = []
     if kind == "swap_obj":
-        for first, second, relation in pairs:
+        for first, second, relation in pairs + place_pairs(tokens):
             rewrites += _object_swaps(tokens, first, second, relation)
         for first, second in clauses:
             rewrites += _clause_swaps(tokens, first, second)
@@ -552,6 +664,7 @@ def phrase_swaps(caption: str, kind: str) -> list[str]:
         for first, second, apart in told_apart:
             rewrites += _attire_swaps(tokens, first, second, not apart)
             rewrites += _colour_swaps(tokens, first, second, not apart)
+            rewrites += _size_swaps(tokens, first, second) if apart or first.kind != second.kind else []
         rewrites += _colour_phrase_swaps(tokens, {(first.head, second.head) for first, second, apart in told_apart
                                                   if apart})
     texts = []
