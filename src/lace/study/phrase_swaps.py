@@ -482,7 +482,7 @@ def _attire_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symm
     worn_first, worn_second = _worn(tokens[first.head + 1:first.end]), _worn(tokens[second.head + 1:second.end])
     # each must wear a colour or a garment the other does not ("in red winter clothes" / "in red" bind nothing)
     if not (worn_first - worn_second and worn_second - worn_first) or (
-            symmetric and tokens[first.start:first.head + 1] == tokens[second.start:second.head + 1]):
+            symmetric and _could_be_one(tokens[first.head], tokens[second.head])):
         return []
     for wearer, worn in ((first, worn_second), (second, worn_first)):
         if tokens[wearer.head] in MALE and WOMENS_GARMENTS & worn:
@@ -502,7 +502,7 @@ def _colour_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symm
     colour_first, colour_second = tokens[first.start + 1:first.head], tokens[second.start + 1:second.head]
     if not (COLOURS & set(colour_first) and COLOURS & set(colour_second)) or colour_first == colour_second:
         return []
-    if symmetric and tokens[first.head] == tokens[second.head]:
+    if symmetric and _could_be_one(tokens[first.head], tokens[second.head]):
         return []
     swapped = _exchange(tokens, (first.start + 1, first.head), (second.start + 1, second.head))
     _fix_articles(swapped, (first.start, second.start + len(colour_second) - len(colour_first)))
