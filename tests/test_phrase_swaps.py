@@ -88,6 +88,13 @@ def test_each_rewrite_moves_whole_phrases(caption, kind, rewrite):
     ("A girl sits while another boy stands .", "swap_obj"),  # "another" refers back
     ("A man sings in front of a building .", "swap_obj"),  # "a building sings"
     ("A boy runs while a child watches .", "swap_obj"),  # the child may be the boy
+    ("A white dog carries a gray bird .", "swap_obj"),  # "a gray bird carries a white dog"
+    ("A little white dog runs out of a tube while a man runs along clapping .", "swap_obj"),  # a dog clapping
+    ("A boy holding a ball falls in front of another boy while a man smiles .", "swap_obj"),  # "another" would change referent
+    ("A man in a jersey stands in front of a large crowd .", "swap_obj"),  # a crowd faces its own way
+    ("A man stands in front of a brick wall and a sign .", "swap_obj"),  # the wall is one of two
+    ("A man with glasses and a woman wearing a hat that looks like a dog .", "swap_att"),  # the hat goes on
+    ("A man in a maroon shirt runs behind a girl wearing a red , white and blue tutu .", "swap_att"),  # a list
     ("A man holds a dog .", "swap_obj"),  # "a dog holds a man": not plausible
     ("A man pushes a baby in a stroller .", "swap_obj"),  # "a baby pushes a man": not plausible
     ("A dog chases a dog .", "swap_obj"),

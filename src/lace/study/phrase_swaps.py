@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("swap_att", "swap_obj")
-VERSION = 3
+VERSION = 4
 """Changes whenever a rewrite rule or the lexicon changes (the studies key their measurements on it)."""
 
 # --- lexicon ------------------------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ STILL_VERBS = frozenset({(), ("is",), ("are",)}) | {prefix + (verb,) for prefix 
 # Things a person or an animal stands in front of or behind (besides `THINGS`); not "the camera", which is unseen.
 PLACE_NAMES = (
     "building/buildings wall/walls house/houses store/stores shop/shops window/windows tree/trees statue/statues "
-    "fountain/fountains crowd/crowds church/churches mural/murals painting/paintings curtain/curtains "
+    "fountain/fountains church/churches mural/murals painting/paintings curtain/curtains "
     "backdrop/backdrops waterfall/waterfalls stage/stages display/displays machine/machines rock/rocks "
     "bush/bushes gate/gates doorway/doorways archway/archways truck/trucks sculpture/sculptures")
 PLACE_THINGS = _forms(PLACE_NAMES) | THINGS
@@ -203,6 +203,8 @@ SHARED_VERBS = _set(
     "looking jump jumps jumping swim swims swimming play plays playing lie lies lying lay lays laying wait waits "
     "waiting wade wades wading")
 POSSESSIVES = _set("his her their its")
+RELATIVES = _set("that which who whose")
+REFERRING = _set("another other")  # "... in front of another boy": which one depends on who came first
 GENDERED_PRONOUNS = _set("he him his himself she her hers herself")
 MALE, FEMALE = _set("man men boy boys guy guys"), _set("woman women girl girls lady ladies")
 # Words between two clauses whose subjects may trade places ("a man sits while a woman stands").
@@ -287,7 +289,10 @@ def _attire(tokens: Sequence[str], i: int) -> int:
 
 
 def _continues(tokens: Sequence[str], end: int) -> bool:
-    """Whether a clothing phrase goes on past `end` ("a shawl over her head", "in pink , striped clothing")."""
+    """Whether a clothing phrase goes on past `end` ("a shawl over her head", "in pink , striped clothing", "a hat
+    that looks like a dog")."""
+    if end < len(tokens) and tokens[end] in RELATIVES:
+        return True
     if end + 1 >= len(tokens) or tokens[end] not in RIGHT_BOUNDARIES:
         return False
     return bool(set(tokens[end + 1:end + 3]) & POSSESSIVES) or (
@@ -437,6 +442,8 @@ def _coloured_phrase(tokens: Sequence[str], head: int) -> ColouredPhrase | None:
     while start > 0 and (_is_colour(tokens, start - 1) or _is_word_of(tokens[start - 1], ENTITY_ADJECTIVES
                                                                           | GARMENT_MODIFIERS)):
         start -= 1
+    if start >= 2 and tokens[start - 1] == "," and _is_word_of(tokens[start - 2], COLOURS):
+        return None  # one end of a list of colours ("red , white and blue")
     runs, i = [], start
     while i < head:
         if _is_colour(tokens, i):
@@ -567,12 +574,13 @@ def _could_be_one(first: str, second: str) -> bool:
 
 def _subjects_refused(tokens: Sequence[str], first: NounPhrase, second: NounPhrase) -> bool:
     """Whether two noun phrases may not trade places as wholes: they may name one kind of thing, one cannot act
-    (a baby), one refers back ("another"), or a pronoun outside them would then disagree with its noun."""
+    (a baby), something refers back ("another"), or a pronoun outside them would then disagree with its noun."""
     words = (tokens[first.head], tokens[second.head])
     genders = {("male" if word in MALE else "female" if word in FEMALE else "") for word in words}
-    outside = tokens[:first.start] + tokens[first.end:second.start] + tokens[second.end:]
-    return (_could_be_one(*words) or bool(set(words) & NOT_AGENTS) or "another" in (tokens[first.start],
-            tokens[second.start]) or (len(genders) == 2 and bool(GENDERED_PRONOUNS & set(outside))))
+    outside = set(tokens[:first.start] + tokens[first.end:second.start] + tokens[second.end:])
+    return (_could_be_one(*words) or bool(set(words) & NOT_AGENTS) or bool(REFERRING & {
+            tokens[first.start], tokens[second.start]} | REFERRING & outside) or (
+            len(genders) == 2 and bool(GENDERED_PRONOUNS & outside)))
 
 
 def _object_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, relation) -> list[list[str]]:
@@ -582,8 +590,11 @@ def _object_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, rela
                   or second.kind == "thing")
     if not starts_clause(tokens, first) or not reversible or _subjects_refused(tokens, first, second):
         return []
-    if CARRYING & set(relation) and {tokens[first.head], tokens[second.head]} & CHILDREN:
-        return []  # "a child holds two women"
+    if CARRYING & set(relation) and ({tokens[first.head], tokens[second.head]} & CHILDREN or "animal" in (
+            first.kind, second.kind)):
+        return []  # "a child holds two women", "a bird carries a dog"
+    if tokens[second.end:second.end + 1] == ["and"]:
+        return []  # the second is one of two ("in front of a brick wall and a sign")
     swapped = _exchange(tokens, (first.start, first.end), (second.start, second.end))
     if first.number != second.number:
         if any(token in OTHER_NUMBER or token in CLAUSE_VERBS for token in tokens[second.end:]):
@@ -599,7 +610,7 @@ def _clause_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> l
     if first.number != second.number or _subjects_refused(tokens, first, second):
         return []
     if first.kind != second.kind and not all(_clause_verb(tokens, phrase) in SHARED_VERBS
-                                             for phrase in (first, second)):
+                                             and not _does_more(tokens, phrase) for phrase in (first, second)):
         return []
     return [_exchange(tokens, (first.start, first.end), (second.start, second.end))]
 
@@ -608,6 +619,17 @@ def _clause_verb(tokens: Sequence[str], subject: NounPhrase) -> str:
     """The verb after `subject`, past "is" or "are"."""
     verb = subject.end + (tokens[subject.end] in ("is", "are"))
     return tokens[verb] if verb < len(tokens) else ""
+
+
+def _does_more(tokens: Sequence[str], subject: NounPhrase) -> bool:
+    """Whether the clause of `subject` goes on with a second verb after its first ("runs along clapping")."""
+    verb = subject.end + (tokens[subject.end] in ("is", "are"))
+    rest = []
+    for token in tokens[verb + 1:]:
+        if token in CLAUSE_JOINS or token == ".":
+            break
+        rest.append(token)
+    return any(_is_verb(token) for token in rest)
 
 
 def _size_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> list[list[str]]:
