@@ -108,6 +108,15 @@ GARMENT_DETERMINERS = _set("a an the")
 ATTIRE_OPENERS = (("dressed", "in"), ("in",), ("wearing",), ("with",))
 
 
+def _other_forms(pairs: str) -> dict[str, str]:
+    """'chase/chases' -> {'chase': 'chases', 'chases': 'chase'}."""
+    found = {}
+    for pair in pairs.split():
+        plain, third = pair.split("/")
+        found[plain], found[third] = third, plain
+    return found
+
+
 def _verb_connectors(verbs: str) -> frozenset[tuple[str, ...]]:
     """'chase/chases/chasing run/runs/running+after' -> every form: (chases,), (chase,), (is, chasing), ..."""
     found = set()
@@ -167,13 +176,11 @@ SAME_KIND_RELATIONS = OBJECT_RELATIONS | _verb_connectors(
     prefix + (done, "by") for prefix in ((), ("is",), ("are",), ("is", "being"), ("are", "being"), ("being",))
     for done in ("held", "carried", "lifted", "helped", "bitten", "attacked")}
 # A finite verb and its form for the other number, so that a subject of the other number can take its place.
-OTHER_NUMBER = {"is": "are", "are": "is"} | {
-    form: other for entry in (
-        "chase/chases follow/follows watch/watches push/pushes pull/pulls lead/leads tackle/tackles look/looks "
-        "stare/stares jump/jumps run/runs walk/walks stand/stands sit/sits spray/sprays splash/splashes hold/holds "
-        "carry/carries lift/lifts help/helps bite/bites lick/licks sniff/sniffs nuzzle/nuzzles take/takes "
-        "photograph/photographs attack/attacks pin/pins kick/kicks").split()
-    for plain, third in [entry.split("/")] for form, other in ((plain, third), (third, plain))}
+OTHER_NUMBER = {"is": "are", "are": "is"} | _other_forms(
+    "chase/chases follow/follows watch/watches push/pushes pull/pulls lead/leads tackle/tackles look/looks "
+    "stare/stares jump/jumps run/runs walk/walks stand/stands sit/sits spray/sprays splash/splashes hold/holds "
+    "carry/carries lift/lifts help/helps bite/bites lick/licks sniff/sniffs nuzzle/nuzzles take/takes "
+    "photograph/photographs attack/attacks pin/pins kick/kicks")
 # Colours an animal may have: a garment's or a thing's colour phrase moves onto an animal only when it names these.
 ANIMAL_COLOURS = _set("black white brown tan gray grey golden gold beige blond blonde dark light red yellow")
 # Heads a reader takes for the same kind of thing: an exchange between two of them across "and" changes nothing.
@@ -317,6 +324,11 @@ def _noun_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
     return NounPhrase(start, head, _attire(tokens, head + 1), "person" if lexicon is PEOPLE else "animal", number)
 
 
+def noun_phrases(tokens: Sequence[str]) -> list[NounPhrase]:
+    """Every person or animal noun phrase of `tokens`, left to right."""
+    return [phrase for phrase in (_noun_phrase(tokens, i) for i in range(len(tokens))) if phrase is not None]
+
+
 def _ends_cleanly(tokens: Sequence[str], end: int) -> bool:
     """Whether the second noun phrase really ends at `end` (no compound noun, possessive or clothing after it)."""
     if end == len(tokens):
@@ -403,8 +415,7 @@ def clause_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase]]:
     """Every (first, second) of two subjects of two clauses ("a man in red sits while a woman stands"): the first
     starts the caption or a clause, each is followed by its verb, and the second follows a word of
     `CLAUSE_JOINS` after the first clause has said something."""
-    phrases = [phrase for phrase in map(lambda i: _noun_phrase(tokens, i), range(len(tokens))) if phrase is not None]
-    subjects = [phrase for phrase in phrases if phrase.end < len(tokens) and _is_verb(tokens[phrase.end])]
+    subjects = [phrase for phrase in noun_phrases(tokens) if phrase.end < len(tokens) and _is_verb(tokens[phrase.end])]
     return [(first, second) for first in subjects if starts_clause(tokens, first)
             for second in subjects if second.start - 1 > first.end and tokens[second.start - 1] in CLAUSE_JOINS]
 
@@ -458,9 +469,9 @@ def _coloured_phrase(tokens: Sequence[str], head: int) -> ColouredPhrase | None:
 def coloured_phrases(tokens: Sequence[str]) -> list[ColouredPhrase]:
     """Every colour phrase of `tokens` bound to an animal, a garment or a thing, or worn alone by a person ("a boy
     in black and white": its head is the wearer's), left to right."""
-    found = [phrase for phrase in map(lambda i: _coloured_phrase(tokens, i), range(len(tokens))) if phrase is not None]
-    for wearer in map(lambda i: _noun_phrase(tokens, i), range(len(tokens))):
-        if wearer is None or wearer.kind != "person" or not wearer.has_attire:
+    found = [phrase for phrase in (_coloured_phrase(tokens, i) for i in range(len(tokens))) if phrase is not None]
+    for wearer in noun_phrases(tokens):
+        if wearer.kind != "person" or not wearer.has_attire:
             continue
         opener = next(o for o in ATTIRE_OPENERS if tuple(tokens[wearer.head + 1:wearer.head + 1 + len(o)]) == o)
         colour_start = wearer.head + 1 + len(opener)
@@ -658,7 +669,7 @@ def _attribute_pairs(tokens: Sequence[str], pairs: list, clauses: list) -> list[
     found = [(first, second, relation not in SYMMETRIC_RELATIONS) for first, second, relation in pairs]
     found += [(first, second, True) for first, second in clauses]
     seen = {(first.start, second.start) for first, second, _ in found}
-    phrases = [phrase for phrase in map(lambda i: _noun_phrase(tokens, i), range(len(tokens))) if phrase is not None]
+    phrases = noun_phrases(tokens)
     found += [(first, second, True) for first in phrases for second in phrases
               if second.start >= first.end and (first.start, second.start) not in seen
               and not _could_be_one(tokens[first.head], tokens[second.head])]
