@@ -36,6 +36,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "lace" / "study" / "phras
     ("The little boy is pushing a man in a wheelchair .", "swap_obj",
      "A man is pushing the little boy in a wheelchair ."),
     ("two girls are being chased by two boys", "swap_obj", "two boys are being chased by two girls"),
+    ("a white dog being led by a person", "swap_obj", "a person being led by a white dog"),
     # the colour phrases of two things, one of them worn alone, moved whole
     ("A man in a blue and white shirt rides a red bike .", "swap_att",
      "A man in a red shirt rides a blue and white bike ."),

@@ -3,18 +3,27 @@
 The rule editor (`lace.edits.captions`) writes the captions of the edits in training and the
 `sugarcrepe_style/*` items, by exchanging single words its typed vocabulary knows. A gain on its items may
 come from learning its habits. This writer shares neither its code nor its vocabulary: it parses a caption
-with its own small lexicon into noun phrases (determiner, modifiers, head, a clothing phrase) joined by a
-known relation, and exchanges whole phrases:
+with its own small lexicon into noun phrases (people and animals with their modifiers and clothing phrases;
+animals, garments and things with a colour phrase; things a subject stands in front of or behind) and exchanges
+whole phrases:
 
-- swap_att: the clothing phrases of two people or two animals ("a man in a red shirt and a woman in a
-  blue dress" -> "a man in a blue dress and a woman in a red shirt"), or the colour phrases in front of two
-  animals ("a black and white dog chases a brown dog" -> "a brown dog chases a black and white dog");
+- swap_att: the clothing phrases of two people or two animals ("a man in a white shirt sits near a woman in
+  black" -> "a man in black sits near a woman in a white shirt"); the colour phrases of two things, garments or
+  animals, or a colour a person wears alone ("a man in a blue and white shirt rides a red bike" -> "a man in a
+  red shirt rides a blue and white bike"); the modifier phrases of two animals ("a large brown dog chases a
+  small white dog" -> "a small white dog chases a large brown dog"); a small and a big (or a young and an old)
+  word of two people or animals ("a little girl hugs a big dog" -> "a big girl hugs a little dog");
 - swap_obj: two whole noun phrases around a relation whose two directions differ and are both plausible
-  ("a man in a red shirt chases a dog" -> "a dog chases a man in a red shirt").
+  ("a man in a red shirt chases a dog" -> "a dog chases a man in a red shirt"; "a man stands in front of a
+  brick wall" -> "a brick wall stands in front of a man"), or the subjects of two clauses ("a man in red sits
+  while a woman stands" -> "a woman sits while a man in red stands"); a verb agrees with its new subject.
 
 It refuses whatever it cannot parse wholly with its lexicon, pairs whose exchange leaves the meaning
-unchanged (two like phrases, "and" between two of the same kind), plural against singular (the verb would
-disagree), and a dress, skirt, bikini or gown moved onto a man or boy. Precision over recall.
+unchanged (two of one kind across "and", "a boy" and "a child", the same colours), exchanges that a text alone
+would reject ("a blue dog", "a child carries a woman", "a bird carries a dog"), phrases that go on past what
+it parsed (a list of colours, "a hat that looks like ...", a coordinated object), words that would then refer
+to the wrong one ("another", a gendered pronoun) and a dress, skirt, bikini or gown moved onto a man or boy.
+Precision over recall.
 
     negative = phrase_swap("A black dog chases a white cat .", "swap_obj", random.Random(0))
     items = phrase_swap_items(captions, caption_image_index, per_kind=1000)
@@ -578,6 +587,8 @@ def _head_class(word: str) -> str:
 def _could_be_one(first: str, second: str) -> bool:
     """Whether two person or animal words may name the same one ("a boy" and "a child", "a dog" and "an
     animal"): exchanging them changes nothing a picture shows."""
+    if (first in PEOPLE) != (second in PEOPLE) or (first in ANIMALS) != (second in ANIMALS):
+        return False  # a person, an animal and a thing are never one
     classes = {PERSON_CLASSES.get(first, _head_class(first)), PERSON_CLASSES.get(second, _head_class(second))}
     return len(classes) == 1 or bool(classes & {"person", "animal"}) or classes in ({"child", "boy"},
                                                                                       {"child", "girl"})
@@ -738,4 +749,5 @@ def phrase_swap_items(captions: Sequence[str], caption_image_index: np.ndarray, 
     return items
 
 
-__all__ = ["KINDS", "VERSION", "NounPhrase", "phrase_swap", "phrase_swap_items", "phrase_swaps", "related_pairs"]
+__all__ = ["KINDS", "VERSION", "ColouredPhrase", "NounPhrase", "clause_pairs", "coloured_phrases", "noun_phrases",
+           "phrase_swap", "phrase_swap_items", "phrase_swaps", "place_pairs", "related_pairs"]
