@@ -36,6 +36,33 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "lace" / "study" / "phras
     ("The little boy is pushing a man in a wheelchair .", "swap_obj",
      "A man is pushing the little boy in a wheelchair ."),
     ("two girls are being chased by two boys", "swap_obj", "two boys are being chased by two girls"),
+    ("a white dog being led by a person", "swap_obj", "a person being led by a white dog"),
+    # the colour phrases of two things, one of them worn alone, moved whole
+    ("A man in a blue and white shirt rides a red bike .", "swap_att",
+     "A man in a red shirt rides a blue and white bike ."),
+    ("A man dressed in black and white rides a green bike .", "swap_att",
+     "A man dressed in green rides a black and white bike ."),
+    ("A black and white dog jumps up towards a yellow toy .", "swap_att",
+     "A yellow dog jumps up towards a black and white toy ."),
+    # the clothing phrases of two people no relation joins directly, and of the subjects of two clauses
+    ("A man in a black jacket sits on a bench near a woman in a hat .", "swap_att",
+     "A man in a hat sits on a bench near a woman in a black jacket ."),
+    ("A girl in a red coat is jumping while a boy in a hat watches .", "swap_att",
+     "A girl in a hat is jumping while a boy in a red coat watches ."),
+    # a small word and a big word, whole modifier phrases of two animals a directed relation tells apart
+    ("A little girl hugs a big dog .", "swap_att", "A big girl hugs a little dog ."),
+    ("A young girl plays while an older woman watches .", "swap_att",
+     "An older girl plays while a young woman watches ."),
+    ("A large brown dog chases a small white dog .", "swap_att", "A small white dog chases a large brown dog ."),
+    # a person and a thing in front of or behind each other, the subjects of two clauses, verbs that agree
+    ("A man in a red shirt stands in front of a brick wall .", "swap_obj",
+     "A brick wall stands in front of a man in a red shirt ."),
+    ("A man in a red shirt sits while a woman stands .", "swap_obj",
+     "A woman sits while a man in a red shirt stands ."),
+    ("A dog runs while a man watches .", "swap_obj", "A man runs while a dog watches ."),
+    ("Two dogs chase a cat .", "swap_obj", "A cat chases two dogs ."),
+    ("A man is being chased by two dogs .", "swap_obj", "Two dogs are being chased by a man ."),
+    ("A woman in red carries a man .", "swap_obj", "A man carries a woman in red ."),
 ])
 def test_each_rewrite_moves_whole_phrases(caption, kind, rewrite):
     assert rewrite in phrase_swaps(caption, kind)
@@ -44,13 +71,31 @@ def test_each_rewrite_moves_whole_phrases(caption, kind, rewrite):
 @pytest.mark.parametrize("caption, kind", [
     ("A black dog and a brown dog run .", "swap_att"),  # "and" between two dogs: the same meaning either way
     ("A man in a red shirt and a man in a blue shirt .", "swap_att"),
-    ("A man in a red shirt and a woman in a blue dress .", "swap_att"),  # a dress moved onto a man
+    ("A man in a hat and a woman in a blue dress .", "swap_att"),  # a dress moved onto a man
     ("A black man and a white woman talk .", "swap_att"),  # colours of people are not attributes to exchange
-    ("A man in a red shirt and a dog with a blue collar .", "swap_att"),  # clothing of a person onto a dog
+    ("A man in a red shirt and a dog with a collar .", "swap_att"),  # clothing of a person onto a dog
+    ("A man in a blue and white shirt walks a brown dog .", "swap_att"),  # "a blue and white dog": implausible
+    ("A black and white dog with a white ball .", "swap_att"),  # "a white dog with a black and white ball"
+    ("A black dog and a brown and white puppy play .", "swap_att"),  # a dog and a puppy: one kind, "and"
+    ("A black dog toy and a red ball .", "swap_att"),  # the colour is the toy's, which has none to give
+    ("The small girl pushes the little boy .", "swap_att"),  # "little" for "small" says nothing
     ("A girl in a striped shirt and blue jeans .", "swap_att"),  # "striped" is not a colour phrase
     ("A man in red winter clothes talks to another man in red .", "swap_att"),  # the same colour on both
     ("A man and a woman walk together .", "swap_obj"),  # symmetric relation
-    ("Two dogs chase a cat .", "swap_obj"),  # the verb would disagree with its new subject
+    ("Two dogs chase a cat and run .", "swap_obj"),  # the later verb would disagree with its new subject
+    ("Two women are holding a young child .", "swap_obj"),  # "a young child is holding two women"
+    ("A man throws a ball while a dog runs .", "swap_obj"),  # "a dog throws a ball"
+    ("A man holds his hat while a woman watches .", "swap_obj"),  # "a woman holds his hat"
+    ("A girl sits while another boy stands .", "swap_obj"),  # "another" refers back
+    ("A man sings in front of a building .", "swap_obj"),  # "a building sings"
+    ("A boy runs while a child watches .", "swap_obj"),  # the child may be the boy
+    ("A white dog carries a gray bird .", "swap_obj"),  # "a gray bird carries a white dog"
+    ("A little white dog runs out of a tube while a man runs along clapping .", "swap_obj"),  # a dog clapping
+    ("A boy holding a ball falls in front of another boy while a man smiles .", "swap_obj"),  # "another" would change referent
+    ("A man in a jersey stands in front of a large crowd .", "swap_obj"),  # a crowd faces its own way
+    ("A man stands in front of a brick wall and a sign .", "swap_obj"),  # the wall is one of two
+    ("A man with glasses and a woman wearing a hat that looks like a dog .", "swap_att"),  # the hat goes on
+    ("A man in a maroon shirt runs behind a girl wearing a red , white and blue tutu .", "swap_att"),  # a list
     ("A man holds a dog .", "swap_obj"),  # "a dog holds a man": not plausible
     ("A man pushes a baby in a stroller .", "swap_obj"),  # "a baby pushes a man": not plausible
     ("A dog chases a dog .", "swap_obj"),
@@ -64,6 +109,11 @@ def test_each_rewrite_moves_whole_phrases(caption, kind, rewrite):
 def test_it_refuses_what_it_cannot_rewrite_safely(caption, kind):
     assert phrase_swaps(caption, kind) == []
     assert phrase_swap(caption, kind, random.Random(0)) is None
+
+
+def test_a_clothing_phrase_that_goes_on_is_not_moved():
+    rewrites = phrase_swaps("A man in a white hat stands behind a woman with a red shawl over her head .", "swap_att")
+    assert rewrites == ["A man in a red hat stands behind a woman with a white shawl over her head ."]
 
 
 def test_an_unknown_kind_is_refused_by_name():
@@ -126,6 +176,21 @@ def test_independent_items_leave_out_what_the_rule_editor_can_write():
     assert "A boy in a blue shirt and green jeans walks ." in made  # the rule editor's colour-word exchange
     assert [item["negative_caption"] for item in written if item["negative_caption"] in made]
     assert kept == [item for item in written if item["negative_caption"] not in made] and kept
+
+
+def test_a_new_pattern_leaves_out_the_exchanges_the_rule_editor_can_write():
+    from lace.concepts.vocabulary import load_vocabulary
+    from lace.edits.captions import RuleNegatives
+    from lace.study.measure import independent_swap_items
+
+    rules = RuleNegatives(load_vocabulary("natural"))
+    single, phrase = "A man in a red shirt rides a blue bike .", "A man in a blue and white shirt rides a red bike ."
+    # one colour word on each side: the writer's exchange is a word exchange the rule editor also writes
+    assert phrase_swaps(single, "swap_att") == ["A man in a blue shirt rides a red bike ."]
+    assert "A man in a blue shirt rides a red bike ." in rules.make_all(single)["swap_attributes"]
+    kept = independent_swap_items(rules, [single, phrase], np.arange(2), per_kind=10)
+    assert [(item["caption_row"], item["negative_caption"]) for item in kept] == [
+        (1, "A man in a red shirt rides a blue and white bike .")]
 
 
 # --- both studies measure the items as they measure the rule editor's --------------------------------------

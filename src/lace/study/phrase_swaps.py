@@ -3,18 +3,27 @@
 The rule editor (`lace.edits.captions`) writes the captions of the edits in training and the
 `sugarcrepe_style/*` items, by exchanging single words its typed vocabulary knows. A gain on its items may
 come from learning its habits. This writer shares neither its code nor its vocabulary: it parses a caption
-with its own small lexicon into noun phrases (determiner, modifiers, head, a clothing phrase) joined by a
-known relation, and exchanges whole phrases:
+with its own small lexicon into noun phrases (people and animals with their modifiers and clothing phrases;
+animals, garments and things with a colour phrase; things a subject stands in front of or behind) and exchanges
+whole phrases:
 
-- swap_att: the clothing phrases of two people or two animals ("a man in a red shirt and a woman in a
-  blue dress" -> "a man in a blue dress and a woman in a red shirt"), or the colour phrases in front of two
-  animals ("a black and white dog chases a brown dog" -> "a brown dog chases a black and white dog");
+- swap_att: the clothing phrases of two people or two animals ("a man in a white shirt sits near a woman in
+  black" -> "a man in black sits near a woman in a white shirt"); the colour phrases of two things, garments or
+  animals, or a colour a person wears alone ("a man in a blue and white shirt rides a red bike" -> "a man in a
+  red shirt rides a blue and white bike"); the modifier phrases of two animals ("a large brown dog chases a
+  small white dog" -> "a small white dog chases a large brown dog"); a small and a big (or a young and an old)
+  word of two people or animals ("a little girl hugs a big dog" -> "a big girl hugs a little dog");
 - swap_obj: two whole noun phrases around a relation whose two directions differ and are both plausible
-  ("a man in a red shirt chases a dog" -> "a dog chases a man in a red shirt").
+  ("a man in a red shirt chases a dog" -> "a dog chases a man in a red shirt"; "a man stands in front of a
+  brick wall" -> "a brick wall stands in front of a man"), or the subjects of two clauses ("a man in red sits
+  while a woman stands" -> "a woman sits while a man in red stands"); a verb agrees with its new subject.
 
 It refuses whatever it cannot parse wholly with its lexicon, pairs whose exchange leaves the meaning
-unchanged (two like phrases, "and" between two of the same kind), plural against singular (the verb would
-disagree), and a dress, skirt, bikini or gown moved onto a man or boy. Precision over recall.
+unchanged (two of one kind across "and", "a boy" and "a child", the same colours), exchanges that a text alone
+would reject ("a blue dog", "a child carries a woman", "a bird carries a dog"), phrases that go on past what
+it parsed (a list of colours, "a hat that looks like ...", a coordinated object), words that would then refer
+to the wrong one ("another", a gendered pronoun) and a dress, skirt, bikini or gown moved onto a man or boy.
+Precision over recall.
 
     negative = phrase_swap("A black dog chases a white cat .", "swap_obj", random.Random(0))
     items = phrase_swap_items(captions, caption_image_index, per_kind=1000)
@@ -29,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("swap_att", "swap_obj")
-VERSION = 3
+VERSION = 4
 """Changes whenever a rewrite rule or the lexicon changes (the studies key their measurements on it)."""
 
 # --- lexicon ------------------------------------------------------------------------------------------------
@@ -40,8 +49,9 @@ def _set(words: str) -> frozenset[str]:
 
 COLOURS = _set(
     "red blue green yellow black white brown pink orange purple gray grey tan gold golden silver beige maroon "
-    "teal navy turquoise")
+    "teal navy turquoise khaki cream burgundy lime violet olive aqua neon bronze copper ivory magenta crimson")
 SHADES = _set("dark light bright pale")
+MATERIALS = _set("brick stone wooden wood metal glass concrete plastic red-brick")
 ENTITY_ADJECTIVES = COLOURS | SHADES | _set(
     "young little small smaller large larger big bigger old older elderly tall wet muddy fluffy shaggy furry spotted curly blond blonde "
     "brunette shirtless smiling")
@@ -60,22 +70,60 @@ def _forms(pairs: str) -> dict[str, str]:
     return number
 
 
+def _singulars(pairs: str) -> dict[str, str]:
+    """'man/men woman/women' -> {'man': 'man', 'men': 'man', ...}."""
+    return {form: pair.split("/")[0] for pair in pairs.split() for form in pair.split("/")}
+
+
 PEOPLE = _forms("man/men woman/women boy/boys girl/girls child/children kid/kids person/people lady/ladies guy/guys "
-                "toddler/toddlers teenager/teenagers baby/babies")
-ANIMALS = _forms("dog/dogs puppy/puppies cat/cats horse/horses cow/cows bird/birds duck/ducks goat/goats pony/ponies "
-                 "bull/bulls animal/animals")
+                "toddler/toddlers teenager/teenagers baby/babies player/players runner/runners skier/skiers "
+                "biker/bikers cyclist/cyclists rider/riders surfer/surfers swimmer/swimmers dancer/dancers "
+                "worker/workers climber/climbers skateboarder/skateboarders snowboarder/snowboarders "
+                "athlete/athletes musician/musicians performer/performers officer/officers policeman/policemen "
+                "soldier/soldiers wrestler/wrestlers boxer/boxers gymnast/gymnasts goalie/goalies")
+ANIMAL_NAMES = ("dog/dogs puppy/puppies cat/cats horse/horses cow/cows bird/birds duck/ducks goat/goats pony/ponies "
+                 "bull/bulls animal/animals kitten/kittens camel/camels kitty/kitties "
+                "lamb/lambs")
+ANIMALS = _forms(ANIMAL_NAMES)
+# Things whose colour a caption names and that no person or animal wears: the heads of colour phrases besides the
+# animals and the garments.
+THING_NAMES = (
+    "ball/balls frisbee/frisbees toy/toys stick/sticks bike/bikes bicycle/bicycles car/cars truck/trucks "
+    "boat/boats kayak/kayaks canoe/canoes raft/rafts bus/buses motorcycle/motorcycles scooter/scooters "
+    "skateboard/skateboards surfboard/surfboards snowboard/snowboards sled/sleds umbrella/umbrellas kite/kites "
+    "tent/tents chair/chairs bench/benches door/doors wall/walls fence/fences building/buildings house/houses "
+    "balloon/balloons bag/bags backpack/backpacks rope/ropes leash/leashes flag/flags sign/signs tube/tubes "
+    "bucket/buckets hose/hoses slide/slides tractor/tractors van/vans jeep/jeeps wagon/wagons cart/carts "
+    "tricycle/tricycles stroller/strollers table/tables couch/couches sofa/sofas blanket/blankets towel/towels "
+    "guitar/guitars microphone/microphones bat/bats racket/rackets cone/cones hoop/hoops net/nets pole/poles "
+    "ladder/ladders barrel/barrels box/boxes basket/baskets cup/cups bottle/bottles banner/banners "
+    "train/trains plane/planes airplane/airplanes helicopter/helicopters jet/jets paddle/paddles float/floats "
+    "pool/pools tarp/tarps motorbike/motorbikes tire/tires wheel/wheels rail/rails ramp/ramps mat/mats sail/sails "
+    "parachute/parachutes tunnel/tunnels hurdle/hurdles goal/goals bowl/bowls disc/discs frame/frames")
+THINGS = _forms(THING_NAMES)
 GARMENTS = _set(
     "shirt shirts t-shirt t-shirts tshirt dress dresses jacket jackets coat coats hat hats cap caps helmet helmets "
     "top tops sweater sweaters sweatshirt sweatshirts hoodie hoodies pants shorts jeans skirt skirts uniform "
     "uniforms suit suits swimsuit swimsuits bikini bikinis outfit outfits costume costumes vest vests scarf gloves "
     "boots shoes sneakers socks bandana headband goggles wetsuit wetsuits trunks jersey jerseys gown apron "
-    "overalls leggings tights beanie hood collar harness sunglasses clothes clothing")
-WOMENS_GARMENTS = _set("dress dresses skirt skirts bikini bikinis gown")
+    "overalls leggings tights beanie hood collar harness sunglasses clothes clothing cape robe robes shawl mittens "
+    "tutu leotard leotards poncho raincoat parka blazer tie belt mask wig necklace glove sweatpants bandanna "
+    "glasses backpack")
+WOMENS_GARMENTS = _set("dress skirt bikini gown")  # singular: see `_worn`
 NOT_AGENTS = frozenset({"baby", "babies"})  # "a baby pushes a man": not a plausible exchange
 MEN = _set("man men boy boys guy guys")
 ENTITY_DETERMINERS = _set("a an another the one two three four several some")
 GARMENT_DETERMINERS = _set("a an the")
 ATTIRE_OPENERS = (("dressed", "in"), ("in",), ("wearing",), ("with",))
+
+
+def _other_forms(pairs: str) -> dict[str, str]:
+    """'chase/chases' -> {'chase': 'chases', 'chases': 'chase'}."""
+    found = {}
+    for pair in pairs.split():
+        plain, third = pair.split("/")
+        found[plain], found[third] = third, plain
+    return found
 
 
 def _verb_connectors(verbs: str) -> frozenset[tuple[str, ...]]:
@@ -107,12 +155,76 @@ DIRECTED_RELATIONS = OBJECT_RELATIONS | _verb_connectors(
     "lift/lifts/lifting bite/bites/biting lick/licks/licking sniff/sniffs/sniffing nuzzle/nuzzles/nuzzling "
     "jump/jumps/jumping+on jump/jumps/jumping+up_at kiss/kisses/kissing take/takes/taking+a_picture_of "
     "photograph/photographs/photographing")
+# Where one thing stands relative to another: the two can trade places, a thing keeping still ("a man stands in
+# front of a brick wall" -> "a brick wall stands in front of a man").
+PLACES = frozenset({("in", "front", "of"), ("behind",)})
+STILL_VERBS = frozenset({(), ("is",), ("are",)}) | {prefix + (verb,) for prefix in ((), ("is",), ("are",))
+                                                      for verb in ("standing", "sitting")} | {
+    (verb,) for verb in ("stands", "stand", "sits", "sit")}
+# Things a person or an animal stands in front of or behind (besides `THINGS`); not "the camera", which is unseen.
+PLACE_NAMES = (
+    "building/buildings wall/walls house/houses store/stores shop/shops window/windows tree/trees statue/statues "
+    "fountain/fountains church/churches mural/murals painting/paintings curtain/curtains "
+    "backdrop/backdrops waterfall/waterfalls stage/stages display/displays machine/machines rock/rocks "
+    "bush/bushes gate/gates doorway/doorways archway/archways truck/trucks sculpture/sculptures")
+PLACE_THINGS = _forms(PLACE_NAMES) | THINGS
 # Relations that read the same both ways: an exchange across them must change which one is which.
 SYMMETRIC_RELATIONS = frozenset({("and",), ("with",), ("beside",), ("next", "to")}) | _verb_connectors(
     "stand/stands/standing+next_to sit/sits/sitting+next_to play/plays/playing+with walk/walks/walking+with "
     "talk/talks/talking+to talk/talks/talking+with wrestle/wrestles/wrestling+with fight/fights/fighting+with "
     "fight/fights/fighting stand/stands/standing+with sit/sits/sitting+with pose/poses/posing+with "
     "dance/dances/dancing+with") | {("is", "next", "to"), ("are", "next", "to")}
+
+# Directed relations whose two directions are both plausible when both sides are people or both are animals
+# ("a man carries a boy" / "a boy carries a man"), not when one is a person and the other an animal.
+SAME_KIND_RELATIONS = OBJECT_RELATIONS | _verb_connectors(
+    "hold/holds/holding carry/carries/carrying lift/lifts/lifting help/helps/helping bite/bites/biting "
+    "lick/licks/licking sniff/sniffs/sniffing nuzzle/nuzzles/nuzzling jump/jumps/jumping+on "
+    "jump/jumps/jumping+up_at take/takes/taking+a_picture_of photograph/photographs/photographing "
+    "attack/attacks/attacking pin/pins/pinning kick/kicks/kicking") | {
+    prefix + (done, "by") for prefix in ((), ("is",), ("are",), ("is", "being"), ("are", "being"), ("being",))
+    for done in ("held", "carried", "lifted", "helped", "bitten", "attacked")}
+# A finite verb and its form for the other number, so that a subject of the other number can take its place.
+OTHER_NUMBER = {"is": "are", "are": "is"} | _other_forms(
+    "chase/chases follow/follows watch/watches push/pushes pull/pulls lead/leads tackle/tackles look/looks "
+    "stare/stares jump/jumps run/runs walk/walks stand/stands sit/sits spray/sprays splash/splashes hold/holds "
+    "carry/carries lift/lifts help/helps bite/bites lick/licks sniff/sniffs nuzzle/nuzzles take/takes "
+    "photograph/photographs attack/attacks pin/pins kick/kicks")
+# Colours an animal may have: a garment's or a thing's colour phrase moves onto an animal only when it names these.
+ANIMAL_COLOURS = _set("black white brown tan gray grey golden gold beige blond blonde dark light red yellow")
+# Heads a reader takes for the same kind of thing: an exchange between two of them across "and" changes nothing.
+HEAD_CLASSES = _singulars(ANIMAL_NAMES) | _singulars(THING_NAMES) | {
+    word: "dog" for word in ("dog", "dogs", "puppy", "puppies")} | {
+    word: "cat" for word in ("cat", "cats", "kitten", "kittens")} | {
+    word: "horse" for word in ("horse", "horses", "pony", "ponies")} | {
+    word: "bike" for word in ("bike", "bikes", "bicycle", "bicycles")}
+PERSON_CLASSES = {"man": "man", "men": "man", "guy": "man", "guys": "man", "woman": "woman", "women": "woman",
+                  "lady": "woman", "ladies": "woman", "boy": "boy", "boys": "boy", "girl": "girl", "girls": "girl",
+                  "person": "person", "people": "person"} | {word: "person" for word in _set(
+                      "player players runner runners skier skiers biker bikers cyclist cyclists rider riders "
+                      "surfer surfers swimmer swimmers dancer dancers worker workers climber climbers skateboarder "
+                      "skateboarders snowboarder snowboarders athlete athletes musician musicians performer "
+                      "performers officer officers policeman policemen soldier soldiers wrestler wrestlers boxer "
+                      "boxers gymnast gymnasts goalie goalies")} | {word: "child" for word in _set(
+                      "child children kid kids toddler toddlers baby babies teenager teenagers")}
+# Size and age words by side: an exchange must carry one side's word to the other ("little" for "small" says nothing).
+SIZES = (_set("little small smaller tiny"), _set("big bigger large larger huge giant"))
+AGES = (_set("young younger"), _set("old older elderly"))
+CHILDREN = _set("child children kid kids toddler toddlers baby babies")
+# Relations a child does not do to an adult ("a child carries a woman").
+CARRYING = _set("hold holds holding held carry carries carrying carried lift lifts lifting lifted")
+# What a person and an animal can both be doing, so that the subjects of two clauses may trade places.
+SHARED_VERBS = _set(
+    "run runs running walk walks walking sit sits sitting stand stands standing watch watches watching look looks "
+    "looking jump jumps jumping swim swims swimming play plays playing lie lies lying lay lays laying wait waits "
+    "waiting wade wades wading")
+POSSESSIVES = _set("his her their its")
+RELATIVES = _set("that which who whose")
+REFERRING = _set("another other")  # "... in front of another boy": which one depends on who came first
+GENDERED_PRONOUNS = _set("he him his himself she her hers herself")
+MALE, FEMALE = _set("man men boy boys guy guys"), _set("woman women girl girls lady ladies")
+# Words between two clauses whose subjects may trade places ("a man sits while a woman stands").
+CLAUSE_JOINS = _set("while whilst as and , where when")
 
 LEFT_BOUNDARIES = frozenset({",", ".", "while", "as", "where", "when"})
 # After the second noun phrase: a word that cannot continue it (nouns, "'s", "of") ends nothing.
@@ -173,8 +285,8 @@ def _garment(tokens: Sequence[str], i: int) -> int | None:
 
 
 def _attire(tokens: Sequence[str], i: int) -> int:
-    """The end of the clothing phrase at `i` ("in a red shirt and blue jeans"), or `i` when there is none
-    (or it names no colour: then it carries no attribute to exchange)."""
+    """The end of the clothing phrase at `i` ("in a red shirt and blue jeans", "wearing a hat", "in blue"), or `i`
+    when there is none."""
     for opener in ATTIRE_OPENERS:
         if tuple(tokens[i:i + len(opener)]) != opener:
             continue
@@ -187,9 +299,20 @@ def _attire(tokens: Sequence[str], i: int) -> int:
         if end is None:  # a colour alone ("the boy in blue", "wearing black and white") is clothing too
             colours_end = _modifiers(tokens, i + len(opener), COLOURS | SHADES)
             end = colours_end if colours_end > i + len(opener) and _ends_clause(tokens, colours_end) else None
-        if end is not None and any(token in COLOURS for token in tokens[i:end]):
+        if end is not None and not _continues(tokens, end):
             return end
     return i
+
+
+def _continues(tokens: Sequence[str], end: int) -> bool:
+    """Whether a clothing phrase goes on past `end` ("a shawl over her head", "in pink , striped clothing", "a hat
+    that looks like a dog")."""
+    if end < len(tokens) and tokens[end] in RELATIVES:
+        return True
+    if end + 1 >= len(tokens) or tokens[end] not in RIGHT_BOUNDARIES:
+        return False
+    return bool(set(tokens[end + 1:end + 3]) & POSSESSIVES) or (
+        tokens[end] == "," and (tokens[end + 1] in GARMENT_MODIFIERS or tokens[end + 1] in GARMENTS))
 
 
 def _noun_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
@@ -208,6 +331,11 @@ def _noun_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
             tokens[start] not in ("a", "an", "another", "one", "the") and number == "singular"):
         return None
     return NounPhrase(start, head, _attire(tokens, head + 1), "person" if lexicon is PEOPLE else "animal", number)
+
+
+def noun_phrases(tokens: Sequence[str]) -> list[NounPhrase]:
+    """Every person or animal noun phrase of `tokens`, left to right."""
+    return [phrase for phrase in (_noun_phrase(tokens, i) for i in range(len(tokens))) if phrase is not None]
 
 
 def _ends_cleanly(tokens: Sequence[str], end: int) -> bool:
@@ -248,10 +376,117 @@ def related_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, t
     return sorted(pairs, key=lambda pair: (pair[0].start, pair[1].start, pair[2]))
 
 
+def _thing_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
+    """A thing's noun phrase that starts at `start` ("a large brick building"), kind "thing", or None."""
+    if start >= len(tokens) or tokens[start] not in ("a", "an", "the", "two", "some", "several"):
+        return None
+    head = _modifiers(tokens, start + 1, ENTITY_ADJECTIVES | GARMENT_MODIFIERS | MATERIALS)
+    if head >= len(tokens) or tokens[head] not in PLACE_THINGS:
+        return None
+    number = PLACE_THINGS[tokens[head]]
+    if (tokens[start] in ("a", "an")) != (number == "singular") and tokens[start] != "the":
+        return None
+    return NounPhrase(start, head, head + 1, "thing", number)
+
+
+def place_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
+    """Every (subject, thing, relation) of a person or an animal that starts a clause, a verb of standing still
+    (or none), `PLACES` and a thing's noun phrase that ends cleanly ("a man is standing behind a red car")."""
+    pairs = []
+    for start in range(len(tokens)):
+        first = _noun_phrase(tokens, start)
+        if first is None or not starts_clause(tokens, first):
+            continue
+        for still in STILL_VERBS:
+            for place in PLACES:
+                relation = still + place
+                if tuple(tokens[first.end:first.end + len(relation)]) != relation:
+                    continue
+                second = _thing_phrase(tokens, first.end + len(relation))
+                if second is not None and _ends_cleanly(tokens, second.end):
+                    pairs.append((first, second, relation))
+    return pairs
+
+
 def starts_clause(tokens: Sequence[str], phrase: NounPhrase) -> bool:
     """Whether `phrase` is a subject that can trade places: it starts the caption or a clause (not "the owner
     of a dog")."""
     return phrase.start == 0 or tokens[phrase.start - 1] in LEFT_BOUNDARIES
+
+
+def _is_verb(token: str) -> bool:
+    """Whether `token` goes on a clause after its subject ("walks", "is", "running")."""
+    return (token in CLAUSE_VERBS or token in OTHER_NUMBER
+            or (token.endswith("ing") and token not in ING_NOUNS and token not in ATTACHING))
+
+
+def clause_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase]]:
+    """Every (first, second) of two subjects of two clauses ("a man in red sits while a woman stands"): the first
+    starts the caption or a clause, each is followed by its verb, and the second follows a word of
+    `CLAUSE_JOINS` after the first clause has said something."""
+    subjects = [phrase for phrase in noun_phrases(tokens) if phrase.end < len(tokens) and _is_verb(tokens[phrase.end])]
+    return [(first, second) for first in subjects if starts_clause(tokens, first)
+            for second in subjects if second.start - 1 > first.end and tokens[second.start - 1] in CLAUSE_JOINS]
+
+
+@dataclass(frozen=True)
+class ColouredPhrase:
+    """A head noun (an animal, a garment or a thing) whose modifiers [start, head) hold one colour phrase
+    [colour_start, colour_end) ("a small black and white dog": "black and white")."""
+
+    start: int
+    colour_start: int
+    colour_end: int
+    head: int
+
+    def colours(self, tokens: Sequence[str]) -> frozenset[str]:
+        return frozenset(part for token in tokens[self.colour_start:self.colour_end] for part in token.split("-")
+                         if part in COLOURS)
+
+
+def _is_colour(tokens: Sequence[str], i: int) -> bool:
+    """Whether the word at `i` belongs to a colour phrase ("dark", "blue-green", the "and" of "black and white")."""
+    if tokens[i] == "and":
+        return 0 < i < len(tokens) - 1 and tokens[i - 1] in COLOURS and tokens[i + 1] in COLOURS
+    return _is_word_of(tokens[i], COLOURS | SHADES)
+
+
+def _coloured_phrase(tokens: Sequence[str], head: int) -> ColouredPhrase | None:
+    """The colour phrase of the head noun at `head`, or None (no colour, two colour phrases, or the noun is the
+    first half of a compound: the colour of "a black dog collar" is the collar's)."""
+    if not (tokens[head] in ANIMALS or tokens[head] in THINGS or tokens[head] in GARMENTS):
+        return None
+    if head + 1 < len(tokens) and any(tokens[head + 1] in nouns for nouns in (PEOPLE, ANIMALS, THINGS, GARMENTS)):
+        return None
+    start = head
+    while start > 0 and (_is_colour(tokens, start - 1) or _is_word_of(tokens[start - 1], ENTITY_ADJECTIVES
+                                                                          | GARMENT_MODIFIERS)):
+        start -= 1
+    if start >= 2 and tokens[start - 1] == "," and _is_word_of(tokens[start - 2], COLOURS):
+        return None  # one end of a list of colours ("red , white and blue")
+    runs, i = [], start
+    while i < head:
+        if _is_colour(tokens, i):
+            end = next((j for j in range(i, head) if not _is_colour(tokens, j)), head)
+            runs.append((i, end))
+            i = end
+        i += 1
+    found = [ColouredPhrase(start, a, b, head) for a, b in runs]
+    return found[0] if len(found) == 1 and found[0].colours(tokens) else None
+
+
+def coloured_phrases(tokens: Sequence[str]) -> list[ColouredPhrase]:
+    """Every colour phrase of `tokens` bound to an animal, a garment or a thing, or worn alone by a person ("a boy
+    in black and white": its head is the wearer's), left to right."""
+    found = [phrase for phrase in (_coloured_phrase(tokens, i) for i in range(len(tokens))) if phrase is not None]
+    for wearer in noun_phrases(tokens):
+        if wearer.kind != "person" or not wearer.has_attire:
+            continue
+        opener = next(o for o in ATTIRE_OPENERS if tuple(tokens[wearer.head + 1:wearer.head + 1 + len(o)]) == o)
+        colour_start = wearer.head + 1 + len(opener)
+        if all(_is_colour(tokens, i) for i in range(colour_start, wearer.end)):
+            found.append(ColouredPhrase(colour_start, colour_start, wearer.end, wearer.head))
+    return sorted(found, key=lambda phrase: phrase.colour_start)
 
 
 # --- rewrites -----------------------------------------------------------------------------------------------
@@ -267,17 +502,25 @@ def _article(word: str) -> str:
 
 
 def _attire_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symmetric: bool) -> list[list[str]]:
+    """The clothing phrases of two people (or two animals) exchanged whole ("a man in a hat talks to a woman in a
+    black dress" -> "a man in a black dress ..." is refused, "a boy in a hat ... a girl in a black coat" is not)."""
     if not (first.has_attire and second.has_attire) or first.kind != second.kind:
         return []
-    worn_first, worn_second = tokens[first.head + 1:first.end], tokens[second.head + 1:second.end]
-    # the same colours on both ("in red winter clothes" / "in red") bind nothing differently
-    if COLOURS & set(worn_first) == COLOURS & set(worn_second) or (symmetric and tokens[first.start:first.head + 1]
-                                     == tokens[second.start:second.head + 1]):
+    worn_first, worn_second = _worn(tokens[first.head + 1:first.end]), _worn(tokens[second.head + 1:second.end])
+    # each must wear a colour or a garment the other does not ("in red winter clothes" / "in red" bind nothing)
+    if not (worn_first - worn_second and worn_second - worn_first) or (
+            symmetric and _could_be_one(tokens[first.head], tokens[second.head])):
         return []
     for wearer, worn in ((first, worn_second), (second, worn_first)):
-        if tokens[wearer.head] in MEN and WOMENS_GARMENTS & set(worn):
+        if tokens[wearer.head] in MALE and WOMENS_GARMENTS & worn:
             return []
     return [_exchange(tokens, (first.head + 1, first.end), (second.head + 1, second.end))]
+
+
+def _worn(words: Sequence[str]) -> frozenset[str]:
+    """The colours and the garments (singular) a clothing phrase names."""
+    return frozenset(part for word in words for part in word.split("-") if part in COLOURS) | frozenset(
+        _head_class(word) for word in words if word in GARMENTS)
 
 
 def _colour_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symmetric: bool) -> list[list[str]]:
@@ -286,51 +529,11 @@ def _colour_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, symm
     colour_first, colour_second = tokens[first.start + 1:first.head], tokens[second.start + 1:second.head]
     if not (COLOURS & set(colour_first) and COLOURS & set(colour_second)) or colour_first == colour_second:
         return []
-    if symmetric and tokens[first.head] == tokens[second.head]:
+    if symmetric and _could_be_one(tokens[first.head], tokens[second.head]):
         return []
     swapped = _exchange(tokens, (first.start + 1, first.head), (second.start + 1, second.head))
     _fix_articles(swapped, (first.start, second.start + len(colour_second) - len(colour_first)))
     return [swapped]
-
-
-def _garments(tokens: Sequence[str], phrase: NounPhrase) -> list[tuple[int, int]]:
-    """(first modifier, head) of each garment of `phrase`'s clothing ("in a red shirt and blue jeans")."""
-    opener = next(o for o in ATTIRE_OPENERS if tuple(tokens[phrase.head + 1:phrase.head + 1 + len(o)]) == o)
-    found, i = [], phrase.head + 1 + len(opener)
-    while i < phrase.end:
-        i += tokens[i] in GARMENT_DETERMINERS
-        head = _modifiers(tokens, i, GARMENT_MODIFIERS)
-        if head >= phrase.end or tokens[head] not in GARMENTS:
-            return []  # a colour alone: no garments
-        found.append((i, head))
-        i = head + 2  # past the head and the "and"
-    return found
-
-
-def _garment_colour_swaps(tokens: list[str]) -> list[list[str]]:
-    """The colour phrases of two different garments one person wears exchanged ("a red shirt and blue jeans"
-    -> "a blue shirt and red jeans"); garments with other modifiers (striped, long-sleeved) are left alone."""
-    rewrites = []
-    for start in range(len(tokens)):
-        phrase = _noun_phrase(tokens, start)
-        if phrase is None or phrase.kind != "person" or not phrase.has_attire:
-            continue
-        garments = _garments(tokens, phrase)
-        for n, (first_start, first_head) in enumerate(garments):
-            for second_start, second_head in garments[n + 1:]:
-                first, second = tokens[first_start:first_head], tokens[second_start:second_head]
-                if not all(_only_colours(words) for words in (first, second)) or first == second or (
-                        tokens[first_head] == tokens[second_head]):
-                    continue
-                swapped = _exchange(tokens, (first_start, first_head), (second_start, second_head))
-                _fix_articles(swapped, (first_start - 1, second_start - 1 + len(second) - len(first)))
-                rewrites.append(swapped)
-    return rewrites
-
-
-def _only_colours(words: Sequence[str]) -> bool:
-    return bool(words) and bool(COLOURS & set(words)) and all(w in COLOURS or w in SHADES or w == "and"
-                                                              for w in words)
 
 
 def _fix_articles(tokens: list[str], positions: Sequence[int]) -> None:
@@ -340,11 +543,148 @@ def _fix_articles(tokens: list[str], positions: Sequence[int]) -> None:
             tokens[position] = _article(tokens[position + 1])
 
 
+def _colour_phrase_swaps(tokens: list[str], distinguished: set[tuple[int, int]]) -> list[list[str]]:
+    """The colour phrases of two different things exchanged whole ("a man in a black and white shirt rides a red
+    bike" -> "a man in a red shirt rides a black and white bike"). Two of the same kind (two dogs) only where the
+    caption tells them apart: `distinguished` holds their heads' positions (a directed relation or two clauses)."""
+    rewrites = []
+    phrases = coloured_phrases(tokens)
+    for n, first in enumerate(phrases):
+        for second in phrases[n + 1:]:
+            if _colour_swap_refused(tokens, first, second, distinguished):
+                continue
+            swapped = _exchange(tokens, (first.colour_start, first.colour_end),
+                                (second.colour_start, second.colour_end))
+            shift = (second.colour_end - second.colour_start) - (first.colour_end - first.colour_start)
+            _fix_articles(swapped, (first.colour_start - 1, second.colour_start - 1 + shift))
+            rewrites.append(swapped)
+    return rewrites
+
+
+def _colour_swap_refused(tokens: Sequence[str], first: ColouredPhrase, second: ColouredPhrase,
+                         distinguished: set[tuple[int, int]]) -> bool:
+    own_first, own_second = first.colours(tokens), second.colours(tokens)
+    if not (own_first - own_second and own_second - own_first):
+        return True  # each must bring a colour the other lacks, or the exchange may still be true
+    for phrase, arriving in ((first, own_second), (second, own_first)):
+        if tokens[phrase.head] in ANIMALS and not arriving <= ANIMAL_COLOURS:
+            return True  # "a blue dog": implausible, a text alone would reject it
+    if _head_class(tokens[first.head]) == _head_class(tokens[second.head]):
+        return (first.head, second.head) not in distinguished
+    return False
+
+
+def _head_class(word: str) -> str:
+    """What a reader takes `word` for: "puppies" -> "dog", "shirts" -> "shirt", any animal word -> itself."""
+    if word in HEAD_CLASSES:
+        return HEAD_CLASSES[word]
+    for ending in ("es", "s"):
+        if word.endswith(ending) and word[:-len(ending)] in GARMENTS:
+            return word[:-len(ending)]
+    return word
+
+
+def _could_be_one(first: str, second: str) -> bool:
+    """Whether two person or animal words may name the same one ("a boy" and "a child", "a dog" and "an
+    animal"): exchanging them changes nothing a picture shows."""
+    if (first in PEOPLE) != (second in PEOPLE) or (first in ANIMALS) != (second in ANIMALS):
+        return False  # a person, an animal and a thing are never one
+    classes = {PERSON_CLASSES.get(first, _head_class(first)), PERSON_CLASSES.get(second, _head_class(second))}
+    return len(classes) == 1 or bool(classes & {"person", "animal"}) or classes in ({"child", "boy"},
+                                                                                      {"child", "girl"})
+
+
+def _subjects_refused(tokens: Sequence[str], first: NounPhrase, second: NounPhrase) -> bool:
+    """Whether two noun phrases may not trade places as wholes: they may name one kind of thing, one cannot act
+    (a baby), something refers back ("another"), or a pronoun outside them would then disagree with its noun."""
+    words = (tokens[first.head], tokens[second.head])
+    genders = {("male" if word in MALE else "female" if word in FEMALE else "") for word in words}
+    outside = set(tokens[:first.start] + tokens[first.end:second.start] + tokens[second.end:])
+    return (_could_be_one(*words) or bool(set(words) & NOT_AGENTS) or bool(REFERRING & {
+            tokens[first.start], tokens[second.start]} | REFERRING & outside) or (
+            len(genders) == 2 and bool(GENDERED_PRONOUNS & outside)))
+
+
 def _object_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase, relation) -> list[list[str]]:
-    heads = {tokens[first.head], tokens[second.head]}
-    if not starts_clause(tokens, first) or relation not in OBJECT_RELATIONS or first.number != second.number or len(heads) == 1 or heads & NOT_AGENTS:
+    """The two noun phrases around a relation exchanged whole ("a man in red chases a dog" -> "a dog chases a man
+    in red"), the verb made to agree with its new subject."""
+    reversible = (relation in OBJECT_RELATIONS or (first.kind == second.kind and relation in SAME_KIND_RELATIONS)
+                  or second.kind == "thing")
+    if not starts_clause(tokens, first) or not reversible or _subjects_refused(tokens, first, second):
+        return []
+    if CARRYING & set(relation) and ({tokens[first.head], tokens[second.head]} & CHILDREN or "animal" in (
+            first.kind, second.kind)):
+        return []  # "a child holds two women", "a bird carries a dog"
+    if tokens[second.end:second.end + 1] == ["and"]:
+        return []  # the second is one of two ("in front of a brick wall and a sign")
+    swapped = _exchange(tokens, (first.start, first.end), (second.start, second.end))
+    if first.number != second.number:
+        if any(token in OTHER_NUMBER or token in CLAUSE_VERBS for token in tokens[second.end:]):
+            return []  # a later verb of the subject would disagree
+        verb = first.start + second.end - second.start  # the relation's first word, after the exchange
+        swapped[verb] = OTHER_NUMBER.get(swapped[verb], swapped[verb])
+    return [swapped]
+
+
+def _clause_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> list[list[str]]:
+    """The subjects of two clauses exchanged whole ("a man in red sits while a woman stands" -> "a woman sits
+    while a man in red stands"), of one number; a person and an animal only where both do what either can."""
+    if first.number != second.number or _subjects_refused(tokens, first, second):
+        return []
+    if first.kind != second.kind and not all(_clause_verb(tokens, phrase) in SHARED_VERBS
+                                             and not _does_more(tokens, phrase) for phrase in (first, second)):
         return []
     return [_exchange(tokens, (first.start, first.end), (second.start, second.end))]
+
+
+def _clause_verb(tokens: Sequence[str], subject: NounPhrase) -> str:
+    """The verb after `subject`, past "is" or "are"."""
+    verb = subject.end + (tokens[subject.end] in ("is", "are"))
+    return tokens[verb] if verb < len(tokens) else ""
+
+
+def _does_more(tokens: Sequence[str], subject: NounPhrase) -> bool:
+    """Whether the clause of `subject` goes on with a second verb after its first ("runs along clapping")."""
+    verb = subject.end + (tokens[subject.end] in ("is", "are"))
+    rest = []
+    for token in tokens[verb + 1:]:
+        if token in CLAUSE_JOINS or token == ".":
+            break
+        rest.append(token)
+    return any(_is_verb(token) for token in rest)
+
+
+def _size_swaps(tokens: list[str], first: NounPhrase, second: NounPhrase) -> list[list[str]]:
+    """A small word and a big word (or a young and an old one) of two people or animals exchanged ("a little girl
+    hugs a big dog" -> "a big girl hugs a little dog")."""
+    rewrites = []
+    for sides in (SIZES, AGES):
+        words = sides[0] | sides[1]
+        found = [[i for i in range(phrase.start + 1, phrase.head) if tokens[i] in words] for phrase in (first, second)]
+        if not all(len(positions) == 1 for positions in found):
+            continue
+        (i,), (j,) = found
+        if any({tokens[i], tokens[j]} <= side for side in sides):
+            continue
+        swapped = list(tokens)
+        swapped[i], swapped[j] = tokens[j], tokens[i]
+        _fix_articles(swapped, (i - 1, j - 1))
+        rewrites.append(swapped)
+    return rewrites
+
+
+def _attribute_pairs(tokens: Sequence[str], pairs: list, clauses: list) -> list[tuple[NounPhrase, NounPhrase, bool]]:
+    """(first, second, told apart) for every two people or animals whose attributes may be exchanged: those a
+    relation joins (told apart unless it reads the same both ways), the subjects of two clauses (told apart), and
+    any other two that cannot name the same kind of one ("a man in red ... near a woman in blue")."""
+    found = [(first, second, relation not in SYMMETRIC_RELATIONS) for first, second, relation in pairs]
+    found += [(first, second, True) for first, second in clauses]
+    seen = {(first.start, second.start) for first, second, _ in found}
+    phrases = noun_phrases(tokens)
+    found += [(first, second, True) for first in phrases for second in phrases
+              if second.start >= first.end and (first.start, second.start) not in seen
+              and not _could_be_one(tokens[first.head], tokens[second.head])]
+    return found
 
 
 def phrase_swaps(caption: str, kind: str) -> list[str]:
@@ -356,14 +696,21 @@ def phrase_swaps(caption: str, kind: str) -> list[str]:
         return []
     capital = words[0][:1].isupper()
     tokens = [words[0][:1].lower() + words[0][1:]] + words[1:]
-    rewrites = _garment_colour_swaps(tokens) if kind == "swap_att" else []
-    for first, second, relation in related_pairs(tokens):
-        if kind == "swap_obj":
+    pairs, clauses = related_pairs(tokens), clause_pairs(tokens)
+    rewrites = []
+    if kind == "swap_obj":
+        for first, second, relation in pairs + place_pairs(tokens):
             rewrites += _object_swaps(tokens, first, second, relation)
-        else:
-            symmetric = relation in SYMMETRIC_RELATIONS
-            rewrites += _attire_swaps(tokens, first, second, symmetric)
-            rewrites += _colour_swaps(tokens, first, second, symmetric)
+        for first, second in clauses:
+            rewrites += _clause_swaps(tokens, first, second)
+    else:
+        told_apart = _attribute_pairs(tokens, pairs, clauses)
+        for first, second, apart in told_apart:
+            rewrites += _attire_swaps(tokens, first, second, not apart)
+            rewrites += _colour_swaps(tokens, first, second, not apart)
+            rewrites += _size_swaps(tokens, first, second) if apart or first.kind != second.kind else []
+        rewrites += _colour_phrase_swaps(tokens, {(first.head, second.head) for first, second, apart in told_apart
+                                                  if apart})
     texts = []
     for rewrite in rewrites:
         if capital:
@@ -402,4 +749,5 @@ def phrase_swap_items(captions: Sequence[str], caption_image_index: np.ndarray, 
     return items
 
 
-__all__ = ["KINDS", "VERSION", "NounPhrase", "phrase_swap", "phrase_swap_items", "phrase_swaps", "related_pairs"]
+__all__ = ["KINDS", "VERSION", "ColouredPhrase", "NounPhrase", "clause_pairs", "coloured_phrases", "noun_phrases",
+           "phrase_swap", "phrase_swap_items", "phrase_swaps", "place_pairs", "related_pairs"]
