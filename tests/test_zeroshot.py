@@ -1,6 +1,7 @@
 """Zero-shot classification: CLIP_benchmark's scoring, image-folder tasks, the world's tasks, the CLI."""
 
 import json
+import logging
 import warnings
 
 import numpy as np
@@ -18,6 +19,8 @@ from lace.eval.benchmarks import get_benchmark
 from lace.eval.benchmarks.zeroshot import class_embeddings
 from lace.eval.embedding_cache import EmbeddingCache
 from lace.eval.metrics import zeroshot_scores
+from lace.experiment.zeroshot import world_zeroshot_root
+from lace.io import read_json
 from tests.test_benchmark_readers import BLUE, GREEN, RED, ColourEncoder, save_png
 
 
@@ -141,3 +144,55 @@ def test_lace_eval_zeroshot_on_a_world_and_on_a_folder(tiny_world, tmp_path):
                  "--benchmarks", "zeroshot", "--zeroshot-root", str(folder), "--no-diagnostics",
                  "--out", str(tmp_path / "folder.json"), "--no-progress"]) == 0
     assert "colours/top1" in json.loads((tmp_path / "folder.json").read_text())["benchmarks"]["zeroshot"]
+
+
+def test_a_stopped_write_of_the_world_tasks_does_not_block_the_next(tiny_world, tmp_path, monkeypatch):
+    from lace.data.world import zeroshot
+
+    folder = tmp_path / "run_zeroshot"
+    calls = {"n": 0}
+    render = zeroshot.render_scene
+
+    def stopped_midway(scene, config):
+        calls["n"] += 1
+        if calls["n"] > 5:  # a few images written, then the run is stopped
+            raise KeyboardInterrupt
+        return render(scene, config)
+
+    monkeypatch.setattr(zeroshot, "render_scene", stopped_midway)
+    with pytest.raises(KeyboardInterrupt):
+        world_zeroshot_root(tiny_world, folder, per_class=2)
+    assert not (folder / "zeroshot").exists()  # no half-written task folder
+    monkeypatch.setattr(zeroshot, "render_scene", render)
+    (folder / ".zeroshot.tmp" / "shape").mkdir(parents=True)  # what a killed process leaves
+    out = ensure_zeroshot_tasks(folder, per_class=2)
+    assert read_json(out / "tasks.json")["per_class"] == 2 and not (folder / ".zeroshot.tmp").exists()
+    written = sorted(p.relative_to(out) for p in out.rglob("*.png"))
+    # tasks an older lace wrote in place and did not finish are replaced, not refused
+    (out / "tasks.json").unlink()
+    (out / "shape" / "circle" / "0000.png").write_bytes(b"half")
+    assert ensure_zeroshot_tasks(folder, per_class=2) == out
+    assert sorted(p.relative_to(out) for p in out.rglob("*.png")) == written
+    assert (out / "shape" / "circle" / "0000.png").read_bytes() != b"half"
+    # a folder holding something else is never removed
+    (out / "tasks.json").unlink()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(LaceInputError, match="not zero-shot tasks"):
+        ensure_zeroshot_tasks(folder, per_class=2)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_run_s_zero_shot_folder_has_a_manifest_for_its_world_copy(tiny_world, tmp_path, caplog):
+    folder = world_zeroshot_root(tiny_world, tmp_path / "zeroshot", per_class=1)
+    with caplog.at_level(logging.WARNING, logger="lace.manifest"):
+        assert read_world_config(folder) == read_world_config(tiny_world)
+    assert "manifest" not in caplog.text
+    assert "world.json" in read_json(folder / "manifest.json")["files"]
+    # a folder written before the manifest (an older lace) gets one when the run is reused
+    (folder / "manifest.json").unlink()
+    world_zeroshot_root(tiny_world, folder, per_class=1)
+    assert "world.json" in read_json(folder / "manifest.json")["files"]
+    # and the manifest is checked: a damaged copy is named
+    (folder / "world.json").write_bytes((folder / "world.json").read_bytes() + b" ")
+    with pytest.raises(LaceInputError, match="world.json: damaged"):
+        read_world_config(folder)

@@ -190,6 +190,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     editors = _local_editor_stages(config, out, foundation, coco, arms)
     stages, wise_ft = _stages_after_the_base(config, out, foundation, labelled, measured, arms, editors)  # stages 5-7
     provenance_stages = _provenance_stages(runner, foundation, arms, provenance) if provenance else []
+    parent_stages = list(runner.wall_times)  # the rest run side by side
     results = run_stages(runner, stages + provenance_stages, config.workers, config.progress)
     for run, evaluation in arms.results(results, "eval").items():
         measured.evaluations[run.label] = evaluation
@@ -197,6 +198,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
         measured.zeroshot[run.label] = zeroshot
     summary = _summary(config, runner, foundation, measured, results["edit_grids"],
                        results["wise_ft"] if isinstance(wise_ft, Stage) else wise_ft, started, load_at_start)
+    summary["machine"]["parent_stages"] = parent_stages
     summary["runs"] = {run.label: run.record() for run in arms.runs}
     if provenance_stages:
         summary["provenance"] = {"base": results["provenance base"],

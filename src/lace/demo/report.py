@@ -17,6 +17,7 @@ from lace.demo.columns import (
     variant_of,
 )
 from lace.demo.config import CALIBRATION_TOLERANCE, CLIP_SUGARCREPE
+from lace.demo.stage_times import quiet_wall_estimate
 from lace.demo.targets import STORY_SPLITS, VERDICT_NOTE, binding_targets, claims, demo_roles, story
 from lace.experiment.claims import Verdict, describe, spread
 from lace.report.document import Report, Table
@@ -358,7 +359,11 @@ def _time_section(report: Report, summary: dict, out: Path) -> None:
                          f"{machine['load_average_at_end']} at the end; CPU seconds count all threads of "
                          "this process, so on a busy machine they show the work and wall seconds the wait"),
                         (f"all stages together: {sum(filter(None, cpu.values())):.1f} CPU seconds, "
-                         f"{sum(summary['wall_seconds'].values()):.1f} wall seconds")])
+                         f"{sum(summary['wall_seconds'].values()):.1f} wall seconds"),
+                        (f"estimated wall time on a quiet machine with these threads and workers: "
+                         f"{quiet_wall_estimate(summary):.0f} s (this process's stages one after the other, each "
+                         "its CPU seconds over its threads; the side-by-side stages' CPU seconds shared over the "
+                         "workers; interpreter start and imports not counted)")])
 
 
 def _configuration_section(report: Report, summary: dict, out: Path) -> None:

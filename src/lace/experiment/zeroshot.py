@@ -17,6 +17,7 @@ from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig, run_evaluation
 from lace.io import atomic_write_bytes
+from lace.manifest import MANIFEST, add_to_manifest
 
 MEAN_TOP1 = "mean over tasks/top1"
 
@@ -50,12 +51,14 @@ def folder_zeroshot(encoder: DualEncoder, name: str, config) -> dict[str, float 
 
 
 def world_zeroshot_root(world_dir: str | Path, folder: str | Path, per_class: int = 20) -> Path:
-    """`folder`, holding a copy of the world's `world.json` and its zero-shot tasks (written once), so that a
-    world shared read-only between runs is never written to. Pass it as `EvalConfig.zeroshot_root`."""
+    """`folder`, holding a copy of the world's `world.json` (listed in the folder's manifest) and its zero-shot tasks
+    (written once), so that a world shared read-only between runs is never written to. Pass it as
+    `EvalConfig.zeroshot_root`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     source, copy = Path(world_dir) / "world.json", folder / "world.json"
-    if not copy.is_file() or copy.read_bytes() != source.read_bytes():
+    if not copy.is_file() or copy.read_bytes() != source.read_bytes() or not (folder / MANIFEST).is_file():
         atomic_write_bytes(copy, source.read_bytes())
+        add_to_manifest(folder, ("world.json",))  # read back through `read_world_config`, which checks it
     ensure_zeroshot_tasks(folder, per_class)
     return folder

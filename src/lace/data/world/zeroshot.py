@@ -22,7 +22,6 @@ its own seeded stream, so a world's tasks are the same however often they are wr
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ from lace.data.world.render import render_scene
 from lace.data.world.scene import SPLIT_CODES, colour_shape_combinations, sample_scene
 from lace.data.world.writer import encode_png
 from lace.errors import LaceInputError
-from lace.io import atomic_write_bytes, atomic_write_json, read_json
+from lace.io import atomic_dir, atomic_write_bytes, atomic_write_json, read_json
 
 ZEROSHOT_DIR = "zeroshot"
 TASKS = ("shape", "colour", "count")
@@ -108,22 +107,32 @@ def ensure_zeroshot_tasks(world_dir: str | Path, per_class: int = 20) -> Path:
     if not os.access(world_dir, os.W_OK):
         raise LaceInputError(f"{world_dir}: not writable, so its zero-shot tasks cannot be written; copy its "
                              f"world.json into a writable folder and pass that folder instead")
-    if out.exists():
-        if not index_path.is_file():
-            raise LaceInputError(f"{out}: exists but holds no finished zero-shot tasks (no tasks.json, perhaps an "
-                                 f"interrupted run); remove the folder to have it written again")
-        shutil.rmtree(out)  # tasks this function wrote for another size
-    tasks = {}
-    for task in TASKS:
-        scenes = zeroshot_scenes(config, task, per_class)
-        # count classes live in folders 1, 2, ... so that folder order is count order
-        folders = {name: str(k + 1) if task == "count" else name.replace(" ", "_") for k, name in enumerate(scenes)}
-        for name, class_scenes in scenes.items():
-            for k, scene in enumerate(class_scenes):
-                png = encode_png(render_scene(scene, config), config.png_compression)
-                atomic_write_bytes(out / task / folders[name] / f"{k:04d}.png", png)
-        atomic_write_json(out / task / "classnames.json", {folder: name for name, folder in folders.items()})
-        atomic_write_json(out / task / "templates.json", TEMPLATES[task])
-        tasks[task] = list(scenes)
-    atomic_write_json(index_path, {**wanted, "tasks": tasks})
+    if out.exists() and not index_path.is_file() and not _unfinished_tasks(out):
+        raise LaceInputError(f"{out}: exists but holds no finished zero-shot tasks (no tasks.json) and files that "
+                             f"are not zero-shot tasks; remove the folder to have it written again")
+    # filled beside `out` and moved in whole: a run killed midway leaves `out` as it was (or absent), and the next
+    # one clears the leftover
+    with atomic_dir(out) as folder:
+        tasks = {task: _write_task(config, task, per_class, folder / task) for task in TASKS}
+        atomic_write_json(folder / "tasks.json", {**wanted, "tasks": tasks})
     return out
+
+
+def _write_task(config: WorldConfig, task: str, per_class: int, task_dir: Path) -> list[str]:
+    """Render `task`'s scenes into `task_dir` (one subfolder per class, class names, templates); its class names."""
+    scenes = zeroshot_scenes(config, task, per_class)
+    # count classes live in folders 1, 2, ... so that folder order is count order
+    folders = {name: str(k + 1) if task == "count" else name.replace(" ", "_") for k, name in enumerate(scenes)}
+    for name, class_scenes in scenes.items():
+        for k, scene in enumerate(class_scenes):
+            atomic_write_bytes(task_dir / folders[name] / f"{k:04d}.png",
+                               encode_png(render_scene(scene, config), config.png_compression))
+    atomic_write_json(task_dir / "classnames.json", {folder: name for name, folder in folders.items()})
+    atomic_write_json(task_dir / "templates.json", TEMPLATES[task])
+    return list(scenes)
+
+
+def _unfinished_tasks(out: Path) -> bool:
+    """Whether `out` (without tasks.json) holds only task folders: a write of an older lace that wrote the tasks in
+    place and was stopped midway, safe to replace."""
+    return all(entry.is_dir() and entry.name in TASKS for entry in out.iterdir())
