@@ -1,6 +1,6 @@
 """Draw the README's figure: swap-attribute accuracy in and out of distribution, from a `lace demo-draws` JSON.
 
-    python scripts/binding_figure.py docs/pairs-draws.json --out docs/images/binding.png
+    python scripts/binding_figure.py docs/realistic-draws.json --out docs/images/binding.png
 
 Bars are means over base draws x fine-tune seeds; whiskers are +- the spread across seeds (the mean of the
 within-draw sample standard deviations), as `lace demo-draws` records it.
@@ -17,10 +17,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-ARMS = ("plain", "caption negatives", "LACE-local pairs + real-image negative",
-        "LACE-local pairs + real-image negative + caption negatives", "ceiling (rendered swaps)")
-LABELS = ("plain", "caption\nnegatives", "LACE-local\npairs", "LACE-local\npairs + caption\nnegatives",
-          "ceiling\n(rendered\nswaps)")
+ARMS = ("plain", "caption negatives", "LACE-local pairs + real-image negative", "LACE-local symmetric pairs (round trip)",
+        "LACE-local symmetric pairs (round trip) + caption negatives", "ceiling (rendered swaps)")
+LABELS = ("plain", "caption\nnegatives", "LACE-local\npairs", "LACE-local\nsymmetric\npairs",
+          "symmetric\npairs + caption\nnegatives", "ceiling\n(rendered\nswaps)")
 PANELS = (("test", "in distribution"), ("test_comp", "held-out colour-shape pairs"))
 DIRECTIONS = (("i2t swap-att", "image->text"), ("t2i swap-att", "text->image"))
 

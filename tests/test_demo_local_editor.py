@@ -53,6 +53,7 @@ def test_only_the_arms_that_edit_inside_the_image_tower_take_the_shared_editor()
     assert edits_locally(CHOSEN_BEST) and edits_locally(with_caption_negatives(CHOSEN_BEST))
     assert edits_locally("LACE-local")
     assert not any(edits_locally(arm) for arm in ("plain", "caption negatives", "LACE", "ceiling (rendered swaps)"))
-    # an arm with local knobs of its own fits its own editor
+    # an arm whose own local knobs change the fit fits its own editor; the symmetric kinds act in training only
     assert not edits_locally("LACE-local learnt pairs + real-image negative")
-    assert not edits_locally("LACE-local symmetric pairs (round trip)")
+    assert not edits_locally("LACE-local learnt symmetric pairs (round trip)")
+    assert edits_locally("LACE-local symmetric pairs (round trip)") and edits_locally("LACE-local symmetric pairs (no-op)")

@@ -49,7 +49,13 @@ def load_shared_editor(path: Path) -> LocalImageEditor:
     return editor_from_state(torch.load(path, weights_only=True))
 
 
+KNOBS_THE_FIT_IGNORES = frozenset({"symmetric"})
+"""Local knobs `lace.local.build_local_editor` does not read: they act during training only (the symmetric kinds'
+counterparts are made with the fitted editor), so an arm that sets only these fits the editor every local arm fits."""
+
+
 def edits_locally(arm: str) -> bool:
-    """Whether arm `arm` edits images inside the tower with the demo's own local settings (so its trainer takes the
-    shared editor); an arm that sets local knobs of its own (the learnt operator, the symmetric kinds) fits its own."""
-    return bool(VARIANTS[arm].get("local_image_negatives")) and "local" not in VARIANTS[arm]
+    """Whether arm `arm` edits images inside the tower with an editor fitted as the demo's own local settings fit it
+    (so its trainer takes the shared editor); an arm that sets knobs the fit reads (the learnt operator) fits its own."""
+    own_knobs = set(VARIANTS[arm].get("local", {}))
+    return bool(VARIANTS[arm].get("local_image_negatives")) and own_knobs <= KNOBS_THE_FIT_IGNORES

@@ -97,9 +97,9 @@ ROLES: dict[str, tuple[str, ...]] = {
 text-only baseline, LACE as the method specifies it, the LACE arms the best is chosen from on validation, and the
 ceilings. Reports pick arms by role, never by a piece of their name."""
 
-CHOSEN_BEST = "LACE-local pairs + real-image negative"
-"""The arm of `ROLES["best"]` that validation chose (docs/results.md, "Counterfactual pairs"; docs/pairs-draws.md:
-2 base draws x 3 seeds): the best LACE arm a report runs when it runs one only."""
+CHOSEN_BEST = "LACE-local symmetric pairs (round trip)"
+"""The arm of `ROLES["best"]` that validation chose (docs/results.md, "Realistic counterfactuals";
+docs/realistic-draws.md: 2 base draws x 3 seeds): the best LACE arm a report runs when it runs one only."""
 
 ROLE_NAMES = {"plain": "plain", "text_only": "caption negatives", "as_specified": "LACE",
               "best": "the best LACE arm", "ceiling": "the ceiling",
