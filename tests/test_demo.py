@@ -18,9 +18,12 @@ from lace.experiment.variants import CHOSEN_BEST, with_caption_negatives
 
 BEST_WITH_CAPTIONS = with_caption_negatives(CHOSEN_BEST)
 DEFAULT_ARMS = ("plain", "caption negatives", "LACE", CHOSEN_BEST, BEST_WITH_CAPTIONS)
-TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
+# One thread, every stage in this process (the stages side by side in worker processes are
+# test_demo_parallel's); the local editors fitted on 120 images, as in test_demo_local_editor.
+TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16, threads=1,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}), progress=False)
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2, "local": {"fit_images": 120}}),
+                  progress=False)
 
 
 def _numbers(value, found: set[str]) -> set[str]:
