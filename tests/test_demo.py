@@ -110,6 +110,7 @@ def test_claims_are_checked_against_the_numbers(demo):
     assert checked >= 1
 
 
+@pytest.mark.slow
 def test_the_report_gives_verdicts_only_with_their_intervals_and_says_what_its_cells_are(demo):
     out, _ = demo
     report = (out / "report.md").read_text()
@@ -136,6 +137,7 @@ def test_the_report_gives_verdicts_only_with_their_intervals_and_says_what_its_c
     assert "mean ± std" not in report and report.count("one seed each") >= 6
 
 
+@pytest.mark.slow
 def test_the_report_opens_with_what_held_in_distribution_and_on_held_out_pairs_each_with_its_interval(demo):
     out, summary = demo
     report = (out / "report.md").read_text()
@@ -167,6 +169,7 @@ def test_the_report_opens_with_what_held_in_distribution_and_on_held_out_pairs_e
     assert f"{expected:+.3f} [" in held_out[2]
 
 
+@pytest.mark.slow
 def test_per_item_scores_are_kept_and_their_means_are_the_figures(demo):
     _, summary = demo
     for model, splits in summary["evaluations"].items():
