@@ -83,6 +83,37 @@ def randomise_batch_norms(model: torch.nn.Module) -> None:
                 module.bias.copy_(torch.randn(module.num_features, generator=generator) * 0.1)
 
 
+@pytest.fixture(scope="session")
+def shapes_world(tmp_path_factory) -> Path:
+    """A shapes world of 48 scenes (train, val, test and test_comp at 0.7, 0.1, 0.1, 0.1), made once per test
+    process and shared by the files that train on it; tests read it and write nothing into it."""
+    return tiny_world(tmp_path_factory.mktemp("shapes") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+
+
+@pytest.fixture(scope="session")
+def resnet():
+    """A random tiny ResNet CLIP in eval mode whose residual branches are switched on (shared by the local-edit
+    tests; a test that trains it or changes its weights works on a copy).
+
+    open_clip starts each branch's last BatchNorm at zero, which leaves only position-wise maps and average
+    pools above the stem: such a tower cannot tell two positions apart, and a swap would not change its output
+    at all. Its BatchNorm affines are drawn at random instead.
+    """
+    from lace.encoders.open_clip_encoder import load_open_clip
+
+    torch.manual_seed(0)
+    encoder = load_open_clip("lace-micro-rn-32").eval()
+    with torch.no_grad():
+        for module in encoder.model.visual.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.normal_(1.0, 0.2)
+    made = {key: value.clone() for key, value in encoder.model.state_dict().items()}
+    yield encoder
+    # shared: no test may have trained it, moved its BatchNorm statistics or left it in training mode
+    assert not encoder.model.training
+    assert all(torch.equal(value, made[key]) for key, value in encoder.model.state_dict().items())
+
+
 @pytest.fixture(scope="module")
 def top():
     """A tiny random `TowersTop` (embedding 8, heads 16 wide) for the tower-top tests."""

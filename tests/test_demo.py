@@ -18,9 +18,12 @@ from lace.experiment.variants import CHOSEN_BEST, with_caption_negatives
 
 BEST_WITH_CAPTIONS = with_caption_negatives(CHOSEN_BEST)
 DEFAULT_ARMS = ("plain", "caption negatives", "LACE", CHOSEN_BEST, BEST_WITH_CAPTIONS)
-TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16,
+# One thread, every stage in this process (the stages side by side in worker processes are
+# test_demo_parallel's); the local editors fitted on 120 images, as in test_demo_local_editor.
+TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16, threads=1,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2}), progress=False)
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2, "local": {"fit_images": 120}}),
+                  progress=False)
 
 
 def _numbers(value, found: set[str]) -> set[str]:
@@ -110,6 +113,7 @@ def test_claims_are_checked_against_the_numbers(demo):
     assert checked >= 1
 
 
+@pytest.mark.slow
 def test_the_report_gives_verdicts_only_with_their_intervals_and_says_what_its_cells_are(demo):
     out, _ = demo
     report = (out / "report.md").read_text()
@@ -136,6 +140,7 @@ def test_the_report_gives_verdicts_only_with_their_intervals_and_says_what_its_c
     assert "mean ± std" not in report and report.count("one seed each") >= 6
 
 
+@pytest.mark.slow
 def test_the_report_opens_with_what_held_in_distribution_and_on_held_out_pairs_each_with_its_interval(demo):
     out, summary = demo
     report = (out / "report.md").read_text()
@@ -167,6 +172,7 @@ def test_the_report_opens_with_what_held_in_distribution_and_on_held_out_pairs_e
     assert f"{expected:+.3f} [" in held_out[2]
 
 
+@pytest.mark.slow
 def test_per_item_scores_are_kept_and_their_means_are_the_figures(demo):
     _, summary = demo
     for model, splits in summary["evaluations"].items():

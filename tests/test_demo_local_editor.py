@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from lace.concepts.labelled import load_labelled_dictionary
@@ -25,6 +26,7 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return load_encoder(TINY.model, str(path)).model.state_dict()
 
 
+@pytest.mark.slow  # the demo's world, base and dictionary, an editor and two fine-tunes
 def test_a_local_arm_trained_with_the_shared_editor_matches_one_that_fits_its_own(tmp_path):
     foundation = demo_model_and_dictionary(TINY, tmp_path, log=lambda _: None)
     coco = world_pairs(foundation.world_dir, "train", "coco", load_encoder(TINY.model))

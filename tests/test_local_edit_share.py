@@ -17,7 +17,7 @@ from lace.local.transport import GaussianTransport
 from lace.train import train
 from lace.train.local_arm import LocalImagePass, edited_rows
 from tests.conftest import tiny_world
-from tests.test_local_edits import _world_batch, resnet  # noqa: F401 (the fixture)
+from tests.test_local_edits import _world_batch
 from tests.test_train_arms import _local_config
 
 
@@ -42,7 +42,7 @@ def _row_steps(features, grid, n_edits, objects, generator=None):
     return EditSlots(steps, torch.ones(features.shape[0], n_edits, dtype=torch.bool), ["swap"] * n_edits, changes)
 
 
-def test_a_share_edits_the_first_rows_as_a_whole_batch_pass_does_and_leaves_the_others_out(resnet):  # noqa: F811
+def test_a_share_edits_the_first_rows_as_a_whole_batch_pass_does_and_leaves_the_others_out(resnet):
     pixels, captions, vocabulary = _world_batch(24)
     editor = fit_local_editor(resnet.model, pixels, captions, vocabulary, "layer1",
                               transport=GaussianTransport(n_buckets=1, window=1, min_positions=1),

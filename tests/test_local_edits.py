@@ -14,7 +14,6 @@ from lace.data.world import (
 )
 from lace.data.world.config import PALETTE
 from lace.data.world.scene import sample_rng
-from lace.encoders.open_clip_encoder import load_open_clip
 from lace.local.editor import EditSlots, fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
@@ -24,23 +23,6 @@ from lace.local.towers import ImageTowerSplit
 from lace.local.transport import GaussianTransport, neighbourhood_rows, neighbourhoods
 
 GRID = (4, 4)
-
-
-@pytest.fixture(scope="module")
-def resnet():
-    """A random tiny ResNet CLIP whose residual branches are switched on.
-
-    open_clip starts each branch's last BatchNorm at zero, which leaves only position-wise maps and
-    average pools above the stem: such a tower cannot tell two positions apart, and a swap would not
-    change its output at all.
-    """
-    torch.manual_seed(0)
-    encoder = load_open_clip("lace-micro-rn-32").eval()
-    with torch.no_grad():
-        for module in encoder.model.visual.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.weight.normal_(1.0, 0.2)
-    return encoder
 
 
 def _concept_maps(n_images, generator, channels=128, noise=0.05, level=3.0):

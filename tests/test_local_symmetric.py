@@ -22,7 +22,6 @@ from lace.data.world import (
 )
 from lace.data.world.config import PALETTE
 from lace.data.world.scene import sample_rng
-from lace.encoders.open_clip_encoder import load_open_clip
 from lace.errors import LaceInputError
 from lace.experiment.variants import ROLES, VARIANTS, variant_config
 from lace.local import LocalEditConfig
@@ -41,18 +40,6 @@ from tests.distributed_support import assert_same_weights, train_in_two_processe
 SYMMETRIC_ARMS = {"round_trip": "LACE-local symmetric pairs (round trip)",
                   "nuisance": "LACE-local symmetric pairs (nuisance)", "no_op": "LACE-local symmetric pairs (no-op)"}
 CHOSEN = "LACE-local pairs + real-image negative"
-
-
-@pytest.fixture(scope="module")
-def resnet():
-    """A random tiny ResNet CLIP in eval mode, its BatchNorm affines randomised so that positions matter."""
-    torch.manual_seed(0)
-    encoder = load_open_clip("lace-micro-rn-32").eval()
-    with torch.no_grad():
-        for module in encoder.model.visual.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.weight.normal_(1.0, 0.2)
-    return encoder
 
 
 @pytest.fixture(scope="module")
@@ -239,24 +226,32 @@ def _weights(result) -> dict[str, torch.Tensor]:
     return {key: value.detach().clone() for key, value in result.model.state_dict().items()}
 
 
+@pytest.fixture(scope="module")
+def round_trip(world, tmp_path_factory) -> tuple[TrainConfig, dict[str, torch.Tensor], list[dict]]:
+    """The round-trip arm trained in one process: its config, final weights and metric lines (the two tests below
+    compare with the same run)."""
+    output = tmp_path_factory.mktemp("round-trip") / "one"
+    config = _config(world, output, SYMMETRIC_ARMS["round_trip"])
+    weights = _weights(train(config, progress=False))
+    return config, weights, [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.slow
-def test_the_no_op_arm_trains_as_the_chosen_arm_and_the_round_trip_arm_does_not(world, tmp_path):
+def test_the_no_op_arm_trains_as_the_chosen_arm_and_the_round_trip_arm_does_not(world, round_trip, tmp_path):
     chosen = _weights(train(_config(world, tmp_path / "chosen", CHOSEN), progress=False))
     no_op = _weights(train(_config(world, tmp_path / "no-op", SYMMETRIC_ARMS["no_op"]), progress=False))
     for key, value in no_op.items():  # the same images reach the loss (the upper pass only holds more rows)
         torch.testing.assert_close(value, chosen[key], rtol=0, atol=1e-4, msg=key)
-    round_trip = train(_config(world, tmp_path / "round-trip", SYMMETRIC_ARMS["round_trip"]), progress=False)
-    assert round_trip.last_metrics["pair_rows_valid"] > 0
-    assert any((value - chosen[key]).abs().max() > 1e-4 for key, value in _weights(round_trip).items())
+    _, round_trip_weights, metrics = round_trip
+    assert metrics[-1]["pair_rows_valid"] > 0
+    assert any((value - chosen[key]).abs().max() > 1e-4 for key, value in round_trip_weights.items())
 
 
 @pytest.mark.slow
-def test_the_round_trip_arm_in_one_process_and_two_processes_agree(world, tmp_path):
-    config = _config(world, tmp_path / "one", SYMMETRIC_ARMS["round_trip"])
-    single = train(config, progress=False)
-    metrics = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+def test_the_round_trip_arm_in_one_process_and_two_processes_agree(round_trip, tmp_path):
+    config, single, metrics = round_trip
     assert all(m["pair_rows_valid"] > 0 for m in metrics)
-    assert_same_weights(train_in_two_processes(config, tmp_path / "two"), single.model.state_dict())
+    assert_same_weights(train_in_two_processes(config, tmp_path / "two"), single)
 
 
 @pytest.mark.slow
