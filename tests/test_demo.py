@@ -67,7 +67,7 @@ def test_report_has_every_table_and_plot(demo):
     # each run carried as a record beside its label, its model and run folder named by it
     assert summary["runs"][f"{BEST_WITH_CAPTIONS} seed 0"] == {
         "arm": BEST_WITH_CAPTIONS, "seed": 0,
-        "folder": "LACE-local-pairs-plus-real-image-negative-plus-caption-negatives-seed0"}
+        "folder": "LACE-local-symmetric-pairs-round-trip-plus-caption-negatives-seed0"}
     assert set(summary["runs"]) == set(summary["evaluations"]) - {"base"}
     for record in summary["runs"].values():
         assert (out / "models" / f"finetune-{record['folder']}.pt").is_file()
