@@ -9,6 +9,7 @@ import pytest
 
 from lace.cli import main
 from lace.embeddings import write_store
+from tests.test_cli_first_hour import one_line_error
 from tests.toy_concepts import TOY_VOCABULARY, write_toy_store
 
 
@@ -65,6 +66,17 @@ def test_dict_inspect_refuses_to_replace_a_png_without_overwrite(fitted, tmp_pat
     assert png.read_text() == "a file the user had\n"
     assert main([*args, "--overwrite"]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_dict_inspect_png_or_edit_without_index_is_one_line_naming_index(fitted, tmp_path, capsys):
+    folder, _ = fitted
+    png = tmp_path / "atoms.png"
+    base = ["dict", "inspect", "--dict", str(folder / "dict"), "--embeddings", str(folder / "store")]
+    for extra, flag in ((["--png", str(png)], "--png"), (["--edit", "transplant:circle=star"], "--edit")):
+        error = one_line_error(capsys, [*base, *extra])
+        assert flag in error and "--index" in error, error
+        assert capsys.readouterr().out == ""  # refused before listing the atoms
+    assert not png.exists()
 
 
 @pytest.mark.slow

@@ -93,6 +93,21 @@ def test_compare_refuses_to_replace_its_outputs_without_overwrite(tmp_path, caps
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_compare_refuses_to_write_over_one_of_its_inputs_even_with_overwrite(tmp_path, capsys):
+    inputs = []
+    for name, score in (("a", 0.25), ("b", 0.5)):
+        inputs.append(tmp_path / f"{name}.json")
+        inputs[-1].write_text(json.dumps({"benchmarks": {"world": {"i2t/all": score}}}))
+    kept = [path.read_bytes() for path in inputs]
+    for flag in ("--out", "--png"):
+        for target in (inputs[0], tmp_path / "." / "b.json"):
+            assert main(["compare", *map(str, inputs), flag, str(target), "--overwrite"]) == 2
+            captured = capsys.readouterr()
+            assert flag in captured.err and target.name in captured.err and "input" in captured.err
+            assert len(captured.err.strip().splitlines()) == 1 and captured.out == ""  # refused before any work
+    assert [path.read_bytes() for path in inputs] == kept
+
+
 def test_lace_eval_rerank_adds_each_fix_beside_the_plain_figures(tiny_world, tmp_path, capsys):
     bank = str(tiny_world / "karpathy_coco.json")
     assert run_eval(tiny_world, tmp_path / "r.json", "--rerank", "csls,qbnorm,dn", "--bank", bank,

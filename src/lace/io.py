@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -184,12 +184,19 @@ def prepare_output_dir(
     return path
 
 
-def check_output_file(path: str | os.PathLike, overwrite: bool = False, what: str = "output file") -> Path:
-    """Check `path` as a file a command is about to write: refuse an existing one unless `overwrite`, and a folder.
+def check_output_file(
+    path: str | os.PathLike, overwrite: bool = False, what: str = "output file",
+    inputs: Iterable[str | os.PathLike] = (),
+) -> Path:
+    """Check `path` as a file a command is about to write: refuse an existing one unless `overwrite`, a folder,
+    and, even with `overwrite`, one of `inputs` (the files the command reads).
 
     `what` names the file in the error (e.g. "--png file"). Nothing is written: the caller writes atomically.
     """
     path = Path(path)
+    for source in inputs:
+        if Path(source).resolve() == path.resolve():
+            raise LaceInputError(f"{path}: the {what} is the input {source}; choose another output file")
     if path.is_dir():
         raise LaceInputError(f"{path}: expected a path for the {what}, found a folder")
     if path.exists() and not overwrite:

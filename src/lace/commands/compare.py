@@ -18,14 +18,14 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--labels", default=None, help="comma-separated column names (default: file names)")
     parser.add_argument("--png", default=None, help="also write a bar chart of the benchmark metrics to this PNG")
     parser.add_argument("--out", default=None, help="also write the markdown table to this file")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out or --png")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out or --png (never one of the results files)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     for flag, path in (("--out", args.out), ("--png", args.png)):
         if path:
-            check_output_file(path, args.overwrite, what=f"{flag} file")
+            check_output_file(path, args.overwrite, what=f"{flag} file", inputs=args.results)
     results = load_results(args.results)
     labels = args.labels.split(",") if args.labels else None
     table = comparison_table(results, labels)

@@ -60,8 +60,8 @@ def add_parser(subparsers) -> None:
     inspect.add_argument("--embeddings", default=None, help="embedding store folder (for usage and --index)")
     inspect.add_argument("--modality", choices=("image", "text"), default="image", help="modality of --index")
     inspect.add_argument("--index", type=int, default=None, help="row of the embedding to show")
-    inspect.add_argument("--edit", default=None, help="edit to apply to that embedding, e.g. 'transplant:red=blue'")
-    inspect.add_argument("--png", default=None, help="write a bar chart of the active atoms to this file")
+    inspect.add_argument("--edit", default=None, help="edit to apply to the --index embedding, e.g. 'transplant:red=blue'")
+    inspect.add_argument("--png", default=None, help="write a bar chart of the --index embedding's active atoms to this file")
     inspect.add_argument("--overwrite", action="store_true", help="replace an existing --png")
     inspect.add_argument("--top", type=int, default=40, help="atoms to list (most used first)")
     add_config_arguments(inspect, EditConfig, prefix="edit.")
@@ -118,6 +118,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     from lace.edits.build import check_store_dimension
     from lace.embeddings import EmbeddingStore
 
+    for flag, given in (("--png", args.png), ("--edit", args.edit)):
+        if given and args.index is None:  # both act on one embedding's atoms: without a row they would do nothing
+            raise input_error(flag, None, "--index, the row of --embeddings whose atoms it shows")
     if args.png:
         check_output_file(args.png, args.overwrite, what="--png file")
     labelled = load_labelled_dictionary(args.dict)
