@@ -12,6 +12,11 @@ from lace.errors import input_error
 
 LOCAL_OPERATORS = ("recolour", "learnt", "mean_shift")
 SYMMETRIC_KINDS = ("none", "round_trip", "nuisance", "no_op")
+CACHED_TOPS_SERVE: dict[str, tuple[str, ...]] = {"symmetric": ("round_trip", "no_op"), "operator": ("learnt",)}
+"""The settings beyond each knob's default that the edits on cached tower tops (`lace.local.maps`) serve: artefact
+symmetry by round trip or no-op (not the nuisance shade, a recolouring fitted on pixels to the shapes world's
+palette) and the learnt operator (fitted on photographs at the cut, `lace.local.cut_recolour`). The tops' local
+source refuses the others; the tops study picks its arms with local knobs by them."""
 
 
 @dataclass(frozen=True)

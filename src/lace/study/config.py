@@ -12,7 +12,7 @@ from lace.edits.config import EditConfig
 from lace.errors import input_error
 from lace.experiment.dictionary_config import DictionaryConfig
 from lace.experiment.variants import VARIANTS, check_variants
-from lace.local.config import LocalEditConfig
+from lace.local.config import CACHED_TOPS_SERVE, LocalEditConfig
 from lace.train.config import NegativesConfig, OptimConfig, RunConfig, TrainConfig
 
 
@@ -161,11 +161,9 @@ def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
 
 
 def _tops_local_knobs(local: dict) -> bool:
-    """Whether an arm's own local knobs (its `local` mapping in `VARIANTS`) are ones the tower tops serve: artefact
-    symmetry of kind round_trip or no_op (the nuisance shade needs the shapes world's palette) and the learnt
-    operator (fitted on the training photographs), nothing else."""
-    serves = {"symmetric": ("round_trip", "no_op"), "operator": ("learnt",)}
-    return bool(local) and all(value in serves.get(knob, ()) for knob, value in local.items())
+    """Whether an arm's own local knobs (its `local` mapping in `VARIANTS`) are all ones the tower tops serve
+    (`lace.local.config.CACHED_TOPS_SERVE`: round-trip and no-op symmetry, the learnt operator), nothing else."""
+    return bool(local) and all(value in CACHED_TOPS_SERVE.get(knob, ()) for knob, value in local.items())
 
 
 TOP_ARMS = ("plain", "caption negatives", "LACE", "concept-arithmetic negatives", "paired-caption directions",

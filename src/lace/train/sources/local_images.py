@@ -18,6 +18,7 @@ import torch
 from lace.concepts.vocabulary import load_vocabulary
 from lace.errors import LaceInputError
 from lace.local import build_local_editor
+from lace.local.config import CACHED_TOPS_SERVE
 from lace.local.learnt import LearntRecolour
 from lace.local.maps import MapEditor
 from lace.local.symmetric import build_shade_regression
@@ -43,12 +44,13 @@ class LocalImageEdits(NegativeSource):
                                  "lace.local.maps.MapEditor passed in as local_editor (the maps' objects are found on "
                                  "the cached maps)")
         local = run.config.negatives.local
-        if local.symmetric == "nuisance":
-            raise LaceInputError(f"{path.where}: field 'local.symmetric': expected none, round_trip or no_op on cached "
-                                 "tower tops (the nuisance shade is a recolouring fitted on pixels to the shapes world's "
-                                 "palette, lace.local.build.recolour_prototypes; photographs' colour words have no "
-                                 "such palette, and their commonest colours, black, white and gray, no lighter shade a "
-                                 "grey-preserving colour map can make)")
+        kinds = ("none", *CACHED_TOPS_SERVE["symmetric"])
+        if local.symmetric not in kinds:
+            raise LaceInputError(f"{path.where}: field 'local.symmetric': expected {', '.join(kinds[:-1])} or "
+                                 f"{kinds[-1]} on cached tower tops (the nuisance shade is a recolouring fitted on "
+                                 "pixels to the shapes world's palette, lace.local.build.recolour_prototypes; "
+                                 "photographs' colour words have no such palette, and their commonest colours, black, "
+                                 "white and gray, no lighter shade a grey-preserving colour map can make)")
         learnt = isinstance(getattr(getattr(given["local_editor"], "editor", None), "transport", None), LearntRecolour)
         if (local.operator == "learnt") != learnt:
             expected = ("a MapEditor fitted with the learnt operator (fit_map_editor(..., operator_fit="
