@@ -128,7 +128,7 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, non
         _largest_tile_keys(original, tile_keys, absolute)
         versions[:] = 0
         coefficients[:] = 0.0
-        live = 0
+        live = np.int64(0)  # not a literal 0: numba would also compile each callee it reaches for Literal[int](0)
         chosen = 0
         for step in range(sparsity):
             if step:
@@ -349,7 +349,7 @@ def _refit_nonnegative(values, support, live, targets, gram, factor, scratch, so
     remaining support (ridge RIDGE), twice at most; then clamp at 0. `values` is updated in place;
     `kept` and `kept_targets` (s,) are scratch, allocated once per block rather than once per row."""
     for _ in range(2):
-        size = 0
+        size = np.int64(0)  # not the literal 0 (see `_omp_rows`)
         negative = False
         for j in range(live):
             if values[j] < 0:
