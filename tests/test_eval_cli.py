@@ -108,6 +108,17 @@ def test_compare_refuses_to_write_over_one_of_its_inputs_even_with_overwrite(tmp
     assert [path.read_bytes() for path in inputs] == kept
 
 
+def test_compare_refuses_one_file_for_both_the_table_and_the_chart(tmp_path, capsys):
+    source = tmp_path / "a.json"
+    source.write_text(json.dumps({"benchmarks": {"world": {"i2t/all": 0.25}}}))
+    target = tmp_path / "both.out"
+    assert main(["compare", str(source), "--out", str(target), "--png", str(tmp_path / "." / "both.out")]) == 2
+    captured = capsys.readouterr()
+    assert "--out" in captured.err and "--png" in captured.err and "both.out" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and captured.out == ""  # refused before any work
+    assert not target.exists()
+
+
 def test_lace_eval_rerank_adds_each_fix_beside_the_plain_figures(tiny_world, tmp_path, capsys):
     bank = str(tiny_world / "karpathy_coco.json")
     assert run_eval(tiny_world, tmp_path / "r.json", "--rerank", "csls,qbnorm,dn", "--bank", bank,

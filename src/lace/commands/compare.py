@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from lace.errors import LaceInputError
 from lace.io import atomic_write_text, check_output_file
 from lace.report.compare import comparison_chart, comparison_table, load_results
 
@@ -23,6 +25,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out and args.png and Path(args.out).resolve() == Path(args.png).resolve():
+        raise LaceInputError(f"{args.out}: --out and --png name the same file; give each its own")
     for flag, path in (("--out", args.out), ("--png", args.png)):
         if path:
             check_output_file(path, args.overwrite, what=f"{flag} file", inputs=args.results)
