@@ -83,6 +83,11 @@ class MapEditor:
         """Restart the draws of transplant targets and random controls from `seed`."""
         self.editor.generator.manual_seed(seed)
 
+    @property
+    def operator(self):
+        """What moves the positions: the Gaussian transport, or the learnt recolouring (`fit_map_editor`)."""
+        return self.editor.transport
+
     def state_dict(self) -> dict:
         """The fitted editor as plain tensors and numbers (`lace.local.state.editor_state`) and its grid."""
         return {"grid": list(self.grid), "editor": editor_state(self.editor)}

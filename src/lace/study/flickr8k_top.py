@@ -76,8 +76,7 @@ def top_splits(data: str, cache: str, encoder: TowersDualEncoder, progress: bool
             for name, (rows, keep, owner) in split_rows(dataset).items()}
 
 
-def cut_photographs(data: str, split: str, count: int, colour_names: list[str],
-                    encoder: TowersDualEncoder | None = None) -> CutPhotographs:
+def cut_photographs(data: str, split: str, count: int, colour_names: list[str]) -> CutPhotographs:
     """The first `count` photographs of a Flickr8k split as the cached maps were made from them (decoded, resized and
     cropped as the cache's extraction does), in [0, 1], with the image tower below the cut (normalisation included)
     and the RGB prototypes of `colour_names`: what the learnt map operator learns from
@@ -87,7 +86,7 @@ def cut_photographs(data: str, split: str, count: int, colour_names: list[str],
     steps = image_tower.eval_transform().transforms
     raw_rows = ImageRows(dataset, transforms.Compose(steps[:-1]), rows, draft=image_tower.RESIZE_SIZE)
     raw = torch.stack([raw_rows[i] for i in range(len(raw_rows))])  # (N, 3, 224, 224) in [0, 1]
-    model, normalise = (encoder or TowersDualEncoder()).eval().image_tower.model, steps[-1]
+    model, normalise = TowersDualEncoder().eval().image_tower.model, steps[-1]
     return CutPhotographs(raw, lambda pixels: image_below_top(model, normalise(pixels)), photo_prototypes(colour_names))
 
 

@@ -194,7 +194,7 @@ def fit_local_sources(train: TopSplit, val: TopSplit, captions: list[str], vocab
                "local_codes": {"fvu": codes.fvu(regions_of(maps[1::8])), **codes.summary()},
                "operator": editor_kind(local), "seconds": time.perf_counter() - started}
     if operator_fit is not None:
-        learnt = editor.editor.transport
+        learnt = editor.operator
         figures["learnt_operator"] = {**learnt.fit_figures_, "fit_images": len(photographs.raw),
                                       "pairs_learnt": int(learnt.network_.learnt_pairs.sum())}
     log(f"local editor ({group}, {editor_kind(local)}): valid share on val {figures['val_valid_share']} "

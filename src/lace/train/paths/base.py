@@ -104,3 +104,9 @@ class EmbedPath:
         """(n,) texts outside the joint pass -> (n, d) unit embeddings, with gradient when it is on."""
         raise NotImplementedError(f"the {self.name} path encodes no new texts")
 
+
+def source_image_pass(sources: list, micro: MicroBatch):
+    """The image pass the first source that runs the image side makes for `micro` (`NegativeSource.image_pass`),
+    or None: the path's own pass."""
+    return next((made for source in sources if (made := source.image_pass(micro)) is not None), None)
+

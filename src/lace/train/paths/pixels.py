@@ -13,7 +13,7 @@ from torch import Tensor
 
 from lace.errors import LaceInputError
 from lace.train.data import TensorPairs, collate
-from lace.train.paths.base import EmbedPath, MicroBatch
+from lace.train.paths.base import EmbedPath, MicroBatch, source_image_pass
 
 
 class PixelPath(EmbedPath):
@@ -35,7 +35,7 @@ class PixelPath(EmbedPath):
                 spans[source.name] = (len(texts), len(texts) + len(extra))
                 texts = texts + extra
         tokens = run.encoder.tokenize(texts)
-        image_pass = next((made for source in sources if (made := source.image_pass(micro)) is not None), None)
+        image_pass = source_image_pass(sources, micro)
         with run.autocast():
             U, all_texts, scale = run.model(batch.pixels.to(run.device, non_blocking=True),
                                             tokens.to(run.device, non_blocking=True), encode_images=image_pass)

@@ -11,7 +11,7 @@ from typing import Any
 from torch import Tensor
 
 from lace.encoders.towers.top_features import encode_captions
-from lace.train.paths.base import EmbedPath, MicroBatch
+from lace.train.paths.base import EmbedPath, MicroBatch, source_image_pass
 from lace.train.paths.features import check_cached_run
 
 
@@ -36,8 +36,7 @@ class TopPath(EmbedPath):
         top, pairs, batch = self.run.encoder, self.run.pairs, micro.batch
         micro.maps = batch.maps.to(self.run.device)  # (B, C, H, W), which LACE-local edits
         # a source may run the image side itself (LACE-local with symmetric counterparts: U is the stand-ins)
-        image_pass = next((made for source in sources if (made := source.image_pass(micro)) is not None), None)
-        micro.U = (image_pass or top.encode_image_states)(micro.maps)
+        micro.U = (source_image_pass(sources, micro) or top.encode_image_states)(micro.maps)
         micro.V = encode_captions(top, pairs.token_states, batch.caption_rows)
         micro.scale = top.logit_scale.exp()
         if pairs.caption_texts is not None:

@@ -51,7 +51,7 @@ class LocalImageEdits(NegativeSource):
                                  "pixels to the shapes world's palette, lace.local.build.recolour_prototypes; "
                                  "photographs' colour words have no such palette, and their commonest colours, black, "
                                  "white and gray, no lighter shade a grey-preserving colour map can make)")
-        learnt = isinstance(getattr(getattr(given["local_editor"], "editor", None), "transport", None), LearntRecolour)
+        learnt = isinstance(getattr(given["local_editor"], "operator", None), LearntRecolour)
         if (local.operator == "learnt") != learnt:
             expected = ("a MapEditor fitted with the learnt operator (fit_map_editor(..., operator_fit="
                         "lace.local.cut_recolour.fit_cut_operator)) passed in as local_editor" if not learnt else
