@@ -100,7 +100,8 @@ def test_full_decoding_is_cached_under_its_own_key(encoder, tmp_path):
 
 def test_cache_round_trip_reads_the_file_the_second_time(encoder, photos, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
-    first = tower_features.cached_tower_features(encoder, photos, cache, batch_size=4, num_workers=0)
+    first = (tower_features.cached_image_tower_features(encoder, photos, cache, batch_size=4, num_workers=0),
+             tower_features.cached_text_tower_features(encoder, photos.captions, cache))
     files = sorted(p.name for p in cache.iterdir())
     assert len([f for f in files if f.endswith(".npy")]) == 2 and len(files) == 6  # each with .json and manifest
 
@@ -109,12 +110,12 @@ def test_cache_round_trip_reads_the_file_the_second_time(encoder, photos, tmp_pa
 
     monkeypatch.setattr(tower_features, "compute_image_tower_features", fail)
     monkeypatch.setattr(tower_features, "compute_text_tower_features", fail)
-    second = tower_features.cached_tower_features(encoder, photos, cache)
-    assert isinstance(second.image_features, np.memmap) and isinstance(second.text_features, np.memmap)
-    np.testing.assert_array_equal(second.image_features, first.image_features)
-    np.testing.assert_array_equal(second.text_features, first.text_features)
-    assert second.text_features.shape == (12, 384)
-    np.testing.assert_array_equal(second.caption_image_index, np.repeat(np.arange(6), 2))
+    second = (tower_features.cached_image_tower_features(encoder, photos, cache),
+              tower_features.cached_text_tower_features(encoder, photos.captions, cache))
+    assert all(isinstance(features, np.memmap) for features in second)
+    np.testing.assert_array_equal(second[0], first[0])
+    np.testing.assert_array_equal(second[1], first[1])
+    assert second[1].shape == (12, 384)
     with pytest.raises(AssertionError, match="computed again"):  # other captions: another key
         tower_features.cached_text_tower_features(encoder, ["a different caption"], cache)
 
@@ -147,10 +148,11 @@ def test_missing_image_is_named(encoder, photos):
 
 
 def test_heads_train_on_cached_features_and_towers_stay_fixed(encoder, photos, tmp_path):
-    cached = tower_features.cached_tower_features(encoder, photos, tmp_path / "cache", num_workers=0)
-    image_rows = torch.from_numpy(np.asarray(cached.caption_image_index))
-    image_features = torch.from_numpy(np.array(cached.image_features))[image_rows]  # (12, 1280)
-    text_features = torch.from_numpy(np.array(cached.text_features))  # (12, 384)
+    cached_images = tower_features.cached_image_tower_features(encoder, photos, tmp_path / "cache", num_workers=0)
+    cached_texts = tower_features.cached_text_tower_features(encoder, photos.captions, tmp_path / "cache")
+    image_rows = torch.tensor(photos.caption_image_index)
+    image_features = torch.from_numpy(np.array(cached_images))[image_rows]  # (12, 1280)
+    text_features = torch.from_numpy(np.array(cached_texts))  # (12, 384)
     tower_before = tower_features.tower_fingerprint(encoder.image_tower)
     torch.manual_seed(0)
     encoder.train()

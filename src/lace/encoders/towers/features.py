@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,18 +38,6 @@ from lace.errors import LaceInputError
 from lace.io import atomic_path, atomic_write_json, open_npy
 from lace.manifest import entry_manifest, verify, write_manifest
 from lace.progress import bar as progress_bar
-
-
-@dataclass
-class TowerFeatures:
-    """Tower features of a dataset; arrays may be read-only memory maps."""
-
-    image_features: np.ndarray
-    """(N_img, 1280) float32, one row per record."""
-    text_features: np.ndarray
-    """(N_txt, 384) float32, one row per caption in `dataset.captions` order."""
-    caption_image_index: np.ndarray
-    """(N_txt,) int64: for each caption, the row of its image."""
 
 
 def tower_fingerprint(module: torch.nn.Module, skip: tuple[str, ...] = ()) -> str:
@@ -223,21 +210,3 @@ def cached_text_tower_features(
         "tower": tower_id, "rows": len(captions), "dim": text_tower.FEATURE_DIM,
         "first_item": captions[0] if captions else None})
 
-
-def cached_tower_features(
-    encoder: TowersDualEncoder,
-    dataset: ImageTextDataset,
-    cache_dir: str | Path,
-    batch_size: int = 64,
-    num_workers: int = 1,
-    progress: bool = False,
-    runtime: str | None = None,
-) -> TowerFeatures:
-    """Image and caption tower features of `dataset`, through the on-disk cache."""
-    return TowerFeatures(
-        image_features=cached_image_tower_features(encoder, dataset, cache_dir, batch_size, num_workers, progress,
-                                                   runtime),
-        text_features=cached_text_tower_features(encoder, dataset.captions, cache_dir, progress=progress,
-                                                 runtime=runtime),
-        caption_image_index=np.asarray(dataset.caption_image_index, dtype=np.int64),
-    )
