@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from lace.cli import main
-from lace.embeddings import write_store
 from tests.test_cli_first_hour import one_line_error
-from tests.toy_concepts import TOY_VOCABULARY, write_toy_store
+from tests.toy_concepts import TOY_VOCABULARY, write_store, write_toy_store
 
 
 @pytest.fixture(scope="module")

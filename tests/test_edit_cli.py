@@ -10,11 +10,12 @@ import torch
 from lace.cli import main
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.edits import build_editor, parse_edit
-from lace.embeddings import EmbeddingStore, write_store
+from lace.embeddings import EmbeddingStore
 from lace.eval.dictionary_diagnostics import owned_concepts
 from tests.test_eval_dictionary import MODEL, fitted  # noqa: F401  (the module's world, store and dictionary)
 from tests.test_eval_skip_missing import write_sugarcrepe
 from tests.test_image_policy import user_csv  # noqa: F401  (a CSV of images)
+from tests.toy_concepts import write_store
 
 
 def edit(folder, *extra):

@@ -9,7 +9,8 @@ import torch
 from lace.cli import main
 from lace.concepts.vocabulary import load_vocabulary
 from lace.data.world import WorldConfig, generate_world
-from lace.embeddings import EmbeddingStore, write_store
+from lace.embeddings import EmbeddingStore
+from tests.toy_concepts import write_store
 
 MODEL = ["--model", "lace-micro-32", "--pretrained", "none", "--device", "cpu"]
 

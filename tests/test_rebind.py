@@ -32,10 +32,10 @@ from lace.concepts.vocabulary import vocabulary_from_dict
 from lace.data.world.captions import CocoPlan, realise_coco
 from lace.dictionary import ConceptDictionary
 from lace.edits import EDIT_KINDS, CounterfactualEditor, EditConfig
-from lace.embeddings import write_store
 from lace.errors import LaceInputError
 from lace.train.config import train_config
 from lace.train.editor import run_editor
+from tests.toy_concepts import write_store
 
 VOCABULARY = {
     "name": "bound",

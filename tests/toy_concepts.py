@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -12,7 +13,9 @@ from lace.concepts.labelling import label_atoms
 from lace.concepts.vocabulary import vocabulary_from_dict
 from lace.dictionary import ConceptDictionary
 from lace.edits import CounterfactualEditor, EditConfig
-from lace.embeddings import write_store
+from lace.embeddings import IMAGE_FILE, INDEX_FILE, TEXT_FILE, EmbeddingStore
+from lace.io import atomic_dir, atomic_write_json
+from lace.manifest import write_manifest
 
 TOY_VOCABULARY = {
     "name": "toy",
@@ -20,6 +23,17 @@ TOY_VOCABULARY = {
     "attributes": {"colour": ["red", "blue", "green", "yellow"], "size": ["small", "large"]},
     "relations": ["left of", "right of"],
 }
+
+
+def write_store(path: str | Path, image_embeddings: np.ndarray, text_embeddings: np.ndarray,
+                index: dict) -> EmbeddingStore:
+    """Write in-memory embeddings as an embedding store (atomically), as `lace embed` lays one out."""
+    with atomic_dir(path) as tmp:
+        np.save(tmp / IMAGE_FILE, np.ascontiguousarray(image_embeddings, dtype=np.float32))
+        np.save(tmp / TEXT_FILE, np.ascontiguousarray(text_embeddings, dtype=np.float32))
+        atomic_write_json(tmp / INDEX_FILE, index)
+        write_manifest(tmp, (IMAGE_FILE, TEXT_FILE, INDEX_FILE))
+    return EmbeddingStore.open(path)
 
 
 def toy_vocabulary():

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 from lace.data.dataset import ImageRows, ImageTextDataset
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
-from lace.io import atomic_dir, atomic_write_json, open_npy, read_json, replace_dir
+from lace.io import atomic_write_json, open_npy, read_json, replace_dir
 from lace.manifest import verify, write_manifest
 from lace.progress import bar as progress_bar
 
@@ -84,18 +84,6 @@ class EmbeddingStore:
     def text_image_index(self) -> np.ndarray:
         """(N_txt,) row of each caption's image."""
         return np.asarray(self.index["text_image_index"], dtype=np.int64)
-
-
-def write_store(
-    path: str | Path, image_embeddings: np.ndarray, text_embeddings: np.ndarray, index: dict
-) -> EmbeddingStore:
-    """Write in-memory embeddings as a store (atomically: a temporary folder renamed into place)."""
-    with atomic_dir(path) as tmp:
-        np.save(tmp / IMAGE_FILE, np.ascontiguousarray(image_embeddings, dtype=np.float32))
-        np.save(tmp / TEXT_FILE, np.ascontiguousarray(text_embeddings, dtype=np.float32))
-        atomic_write_json(tmp / INDEX_FILE, index)
-        write_manifest(tmp, (IMAGE_FILE, TEXT_FILE, INDEX_FILE))
-    return EmbeddingStore.open(path)
 
 
 def _shard(n: int, rank: int, world_size: int) -> range:
