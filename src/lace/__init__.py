@@ -18,7 +18,7 @@ Names resolve on first use (PEP 562), so `import lace` itself imports neither to
 
 from __future__ import annotations
 
-import importlib
+from lace.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -49,37 +49,5 @@ _EXPORTS = {
     "clip_loss": "lace.losses",
 }
 
-__all__ = [
-    "MODEL_CONFIG_DIR",
-    "CounterfactualEditor",
-    "DictionaryConfig",
-    "EditConfig",
-    "LabelledDictionary",
-    "LocalEditConfig",
-    "LocalImageEditor",
-    "Negatives",
-    "RuleNegatives",
-    "__version__",
-    "build_editor",
-    "build_local_editor",
-    "clip_loss",
-    "counterfactual_negatives",
-    "fit_labelled_dictionary",
-    "lace_loss",
-    "load_encoder",
-    "load_labelled_dictionary",
-    "load_vocabulary",
-]
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lace' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = ["__version__"] + list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

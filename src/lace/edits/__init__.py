@@ -14,15 +14,5 @@ _EXPORTS = {
     "edit_report": "lace.edits.report",
     "parse_edit": "lace.edits.spec",
 }
-__all__ = [
-    "EDIT_KINDS",
-    "CounterfactualEditor",
-    "Counterfactuals",
-    "EditConfig",
-    "EditRecords",
-    "EditSpec",
-    "build_editor",
-    "edit_report",
-    "parse_edit",
-]
+__all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
