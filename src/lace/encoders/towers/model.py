@@ -54,14 +54,12 @@ class TowersDualEncoder(DualEncoder):
 
     def __init__(self, config: TowersConfig = TowersConfig(), pretrained_towers: bool = True):
         super().__init__()
-        self.config = config
         self.image_tower = image_tower.ImageTower(pretrained=pretrained_towers)
         # channels_last runs the depthwise convolutions of this tower faster on CPU (measured).
         self.image_tower.to(memory_format=torch.channels_last)
         self.text_tower = text_tower.TextTower()
-        self.image_head = ProjectionHead(image_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim, config.head_dropout)
-        self.text_head = ProjectionHead(text_tower.FEATURE_DIM, config.embed_dim, config.head_hidden_dim, config.head_dropout)
         self._logit_scale = torch.nn.Parameter(torch.tensor(float(config.init_logit_scale)))
+        self.replace_heads(config)
         self.preprocess = image_tower.eval_transform()
         self.preprocess_train = image_tower.train_transform()
         self.unlocked_blocks = (0, 0)
