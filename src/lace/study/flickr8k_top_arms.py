@@ -52,6 +52,7 @@ from lace.local.config import LocalEditConfig
 from lace.local.cut_recolour import fit_cut_operator
 from lace.local.editor import group_mentions
 from lace.local.maps import MapEditor, fit_map_editor, regions_of
+from lace.report.document import Table
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
 from lace.study.config import TopsStudyConfig
 from lace.study.features import SplitFeatures, captions_by_image, rule_negative_captions
@@ -360,19 +361,17 @@ def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Pat
 
 
 def arms_table(result: dict) -> str:
-    """A markdown table of every arm's mean ± std on the measured split, with the difference to plain."""
+    """A markdown table of every arm's mean ± std on the measured split, with the difference to plain; the swap
+    items written independently apart, in a second table; and the targets of every LACE arm that ran."""
     summary, split = result["summary"], result["split"]
-    columns = ("sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "sugarcrepe_style/replace_att",
-               "i2t/R@1", "t2i/R@1")
     lines = [f"Flickr8k tower tops, {split} split, mean ± sample std over seeds (n; a single run without ±)", "",
-             ("| arm | i2t swap-att | i2t swap-obj | i2t replace-att | R@1 i2t | R@1 t2i | swap-att − plain | "
-              "train s |"), "|---|---|---|---|---|---|---|---|"]
-    plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
-    for arm, figures in summary.items():
-        seconds = f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"
-        lines.append(f"| {arm} | " + " | ".join(_cell(figures, c) for c in columns)
-                     + f" | {_delta(figures, columns[0], plain)} | {seconds} |")
-    lines += _phrase_swaps_table(result)
+             _arms_rows(summary, TABLE_COLUMNS, seconds=True)]
+    counts = result.get("phrase_swap_items")
+    if counts:
+        lines += ["", "Swap items written independently of the rule editor (`lace.study.phrase_swaps`: whole phrases "
+                  "exchanged; items the rule editor can also write left out): "
+                  + ", ".join(f"{kind} {n} items" for kind, n in counts.items()) + ".", "",
+                  _arms_rows(summary, PHRASE_TABLE_COLUMNS)]
     for arm in (name for name in summary if name in LACE_ARMS):
         checks = target_checks(result.get("runs", {}), arm)
         if checks:
@@ -381,21 +380,22 @@ def arms_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _phrase_swaps_table(result: dict) -> list[str]:
-    """The lines of a second table, apart from the rule editor's items: the swap items written independently."""
-    counts, summary = result.get("phrase_swap_items"), result["summary"]
-    if not counts:
-        return []
-    columns = ("phrase_swaps/swap_att", "phrase_swaps/swap_obj")
-    lines = ["", "Swap items written independently of the rule editor (`lace.study.phrase_swaps`: whole phrases "
-             "exchanged; items the rule editor can also write left out): "
-             + ", ".join(f"{kind} {n} items" for kind, n in counts.items()) + ".", "",
-             "| arm | i2t phrase swap-att | i2t phrase swap-obj | phrase swap-att − plain |", "|---|---|---|---|"]
-    plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
-    for arm, figures in summary.items():
-        lines.append(f"| {arm} | " + " | ".join(_cell(figures, c) for c in columns)
-                     + f" | {_delta(figures, columns[0], plain)} |")
-    return lines
+TABLE_COLUMNS = {"sugarcrepe_style/swap_att": "i2t swap-att", "sugarcrepe_style/swap_obj": "i2t swap-obj",
+                 "sugarcrepe_style/replace_att": "i2t replace-att", "i2t/R@1": "R@1 i2t", "t2i/R@1": "R@1 t2i"}
+PHRASE_TABLE_COLUMNS = {"phrase_swaps/swap_att": "i2t phrase swap-att", "phrase_swaps/swap_obj": "i2t phrase swap-obj"}
+"""The arms table's columns (figure -> header) for the rule editor's items and for the independent swap items."""
+
+
+def _arms_rows(summary: dict, columns: dict[str, str], seconds: bool = False) -> str:
+    """One row per arm: each column's mean ± std (n), the first column's difference to plain and, with `seconds`,
+    the mean training seconds."""
+    first = next(iter(columns))
+    plain = summary.get("plain", {}).get(first, {}).get("mean")
+    header = ["arm", *columns.values(), f"{columns[first].removeprefix('i2t ')} − plain"] + ["train s"] * seconds
+    rows = [[arm, *(_cell(figures, column) for column in columns), _delta(figures, first, plain)]
+            + [f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"] * seconds
+            for arm, figures in summary.items()]
+    return Table(header, rows).markdown()
 
 
 def _cell(figures: dict, column: str) -> str:
