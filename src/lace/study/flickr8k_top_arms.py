@@ -52,7 +52,7 @@ from lace.local.config import LocalEditConfig
 from lace.local.cut_recolour import fit_cut_operator
 from lace.local.editor import group_mentions
 from lace.local.maps import MapEditor, fit_map_editor, regions_of
-from lace.report.document import Table
+from lace.report.document import Table, mean_std
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
 from lace.study.config import TopsStudyConfig
 from lace.study.features import SplitFeatures, captions_by_image, rule_negative_captions
@@ -392,23 +392,15 @@ def _arms_rows(summary: dict, columns: dict[str, str], seconds: bool = False) ->
     first = next(iter(columns))
     plain = summary.get("plain", {}).get(first, {}).get("mean")
     header = ["arm", *columns.values(), f"{columns[first].removeprefix('i2t ')} − plain"] + ["train s"] * seconds
-    rows = [[arm, *(_cell(figures, column) for column in columns), _delta(figures, first, plain)]
-            + [f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"] * seconds
+    rows = [[arm, *(mean_std(figures.get(column), show_n=True) for column in columns), _delta(figures, first, plain)]
+            + [f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else None] * seconds
             for arm, figures in summary.items()]
     return Table(header, rows).markdown()
 
 
-def _cell(figures: dict, column: str) -> str:
-    """Mean ± std (n) of one arm's column; a single run without ±; a dash when no run has it."""
-    entry = figures.get(column, {})
-    if not entry.get("n"):
-        return "–"
-    return f"{entry['mean']:.3f} ± {entry['std']:.3f} ({entry['n']})" if entry["n"] > 1 else f"{entry['mean']:.3f} (1)"
-
-
-def _delta(figures: dict, column: str, plain: float | None) -> str:
+def _delta(figures: dict, column: str, plain: float | None) -> str | None:
     return f"{100 * (figures[column]['mean'] - plain):+.1f} pts" if plain is not None and figures.get(
-        column, {}).get("n") else "–"
+        column, {}).get("n") else None
 
 
 LACE_ARMS = ROLES["as_specified"] + ROLES["best"]
