@@ -190,7 +190,8 @@ round trip or no-op; the learnt operator), chosen by those knobs, not by name.""
 class TopsFinetune:
     """The parts of every arm's fine-tune a tops study user sets: its length, batch and precision, its optimiser
     and how its negatives are made (the study's editors: `--edit-*`, `--local-*`). The study sets the run (model,
-    data, seeds, folders) and each arm its switches (`lace.experiment.variants`)."""
+    data, seeds, folders) and each arm its switches (`lace.experiment.variants`). The defaults are the fine-tune the
+    protocol chose on validation (docs/flickr8k-top.md): 8 epochs of batch 256 over the fine-tune images (88 steps)."""
 
     FLAT_PARTS: ClassVar[tuple[str, ...]] = ("optim", "negatives")
     FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -228,12 +229,6 @@ class TopsFinetune:
         return self
 
 
-TOPS_FINETUNE = TopsFinetune()
-"""The tops' fine-tune, as the protocol chose it on validation (docs/flickr8k-top.md): heads and scale at 5e-4,
-the pretrained top layers at a tenth of it, 8 epochs of batch 256 over the fine-tune images (88 steps), no
-gradient clipping."""
-
-
 @dataclass(frozen=True)
 class TopsStudyConfig(Flickr8kStudy):
     """Flickr8k with the tops of the towers trainable: a heads-only base on part of the training images, then every
@@ -267,5 +262,5 @@ class TopsStudyConfig(Flickr8kStudy):
         return self
 
 
-__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOPS_FINETUNE", "TOP_ARMS", "TRANSPLANTS",
+__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOP_ARMS", "TRANSPLANTS",
            "Flickr8kStudy", "HeadsTraining", "StudyConfig", "TopsFinetune", "TopsStudyConfig", "heads_from"]
