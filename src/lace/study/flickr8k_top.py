@@ -90,15 +90,11 @@ def cut_photographs(data: str, split: str, count: int, colour_names: list[str]) 
     return CutPhotographs(raw, lambda pixels: image_below_top(model, normalise(pixels)), photo_prototypes(colour_names))
 
 
-def _maps(split: TopSplit, rows) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(split.image_maps[np.asarray(rows)], dtype=np.float32))
-
-
 @torch.no_grad()
 def embed_top_split(top: TowersTop, split: TopSplit, batch_size: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """(N_img, d) and (N_txt, d) unit embeddings of a split through the tops and heads."""
     top.eval()
-    images = torch.cat([top.encode_image_states(_maps(split, range(i, min(i + batch_size, len(split.image_maps)))))
+    images = torch.cat([top.encode_image_states(torch.from_numpy(split.image_maps[i:i + batch_size].astype(np.float32)))
                         for i in range(0, len(split.image_maps), batch_size)])
     texts = encode_captions(top, split.token_states, split.caption_rows, chunk=batch_size)
     return images, texts
