@@ -30,6 +30,7 @@ from torchvision.transforms import Normalize
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
+from lace.config import config_to_dict
 from lace.data.readers import read_dataset
 from lace.data.world.config import PALETTE
 from lace.data.world.folder import read_scenes, read_world_config
@@ -174,9 +175,7 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     families = {family: benchmark_items(world, config.split, family, config.n_items)
                 for family in ("swap_attribute", "replace_attribute")}
     names = vocabulary.groups()[config.group]
-    results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers),
-                          "pooled": list(config.pooled), "learnt": dict(vars(config.learnt))},
-               "n_train": n_train, "image": {}, "text": {}}
+    results = {"config": config_to_dict(config), "n_train": n_train, "image": {}, "text": {}}
     with torch.no_grad():
         data = {family: family_data(encoder, item_pixels(encoder, world, chosen), chosen)
                 for family, chosen in families.items()}
