@@ -32,7 +32,7 @@ Precision over recall.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -574,25 +574,35 @@ def phrase_swap(caption: str, kind: str, rng: random.Random) -> str | None:
 
 def phrase_swap_items(captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int, seed: int = 0,
                       exclude: Callable[[str, str], bool] | None = None) -> list[dict]:
-    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per kind of `KINDS`, drawn as
-    `lace.study.measure.sugarcrepe_style_items` draws the rule editor's: one rewrite per caption (rng seeded by
-    kind and row; rewrites for which `exclude(caption, rewrite)` holds are not drawn), at most `per_kind` per
-    kind (a seeded sample, kept in caption order)."""
+    """Items per kind of `KINDS` (`draw_items`, as `lace.study.measure.sugarcrepe_style_items` draws the rule
+    editor's): one rewrite per caption (rewrites for which `exclude(caption, rewrite)` holds are not drawn)."""
+
+    def draw(kind: str, caption: str, rng: random.Random) -> str | None:
+        rewrites = [text for text in phrase_swaps(caption, kind) if exclude is None or not exclude(caption, text)]
+        return rng.choice(rewrites) if rewrites else None
+
+    return draw_items(KINDS, captions, caption_image_index, per_kind, f"phrase-{seed}", draw)
+
+
+def draw_items(kinds: Iterable[str], captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int,
+               seed: str, draw: Callable[[str, str, random.Random], str | None]) -> list[dict]:
+    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per kind: `draw(kind, caption, rng)`'s
+    negative of each caption (None: no item; rng seeded by `seed`, kind and row), at most `per_kind` per kind (a
+    seeded sample, kept in caption order)."""
     items = []
-    for kind in KINDS:
+    for kind in kinds:
         found = []
         for row, caption in enumerate(captions):
-            rewrites = [text for text in phrase_swaps(caption, kind) if exclude is None or not exclude(caption, text)]
-            if rewrites:
-                negative = random.Random(f"phrase-{seed}-{kind}-{row}").choice(rewrites)
+            negative = draw(kind, caption, random.Random(f"{seed}-{kind}-{row}"))
+            if negative is not None:
                 found.append({"kind": kind, "image": int(caption_image_index[row]), "caption": caption,
                               "caption_row": row, "negative_caption": negative})
         if len(found) > per_kind:
-            keep = sorted(random.Random(f"phrase-{seed}-{kind}").sample(range(len(found)), per_kind))
+            keep = sorted(random.Random(f"{seed}-{kind}").sample(range(len(found)), per_kind))
             found = [found[i] for i in keep]
         items.extend(found)
     return items
 
 
-__all__ = ["KINDS", "VERSION", "ColouredPhrase", "NounPhrase", "clause_pairs", "coloured_phrases", "noun_phrases",
-           "phrase_swap", "phrase_swap_items", "phrase_swaps", "place_pairs", "related_pairs"]
+__all__ = ["KINDS", "VERSION", "ColouredPhrase", "NounPhrase", "clause_pairs", "coloured_phrases", "draw_items",
+           "noun_phrases", "phrase_swap", "phrase_swap_items", "phrase_swaps", "place_pairs", "related_pairs"]
