@@ -207,18 +207,21 @@ def _ends_clause(tokens: Sequence[str], end: int) -> bool:
 def related_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
     """Every (first, second, relation) of two noun phrases that the relation joins directly, the second ending
     cleanly (`starts_clause` tells whether the first also starts the caption or a clause)."""
-    pairs = []
-    for start in range(len(tokens)):
-        first = _noun_phrase(tokens, start)
-        if first is None:
-            continue
-        for relation in DIRECTED_RELATIONS | SYMMETRIC_RELATIONS:
-            if tuple(tokens[first.end:first.end + len(relation)]) != relation:
-                continue
-            second = _noun_phrase(tokens, first.end + len(relation))
-            if second is not None and _ends_cleanly(tokens, second.end):
-                pairs.append((first, second, relation))
+    pairs = _joined(tokens, noun_phrases(tokens), DIRECTED_RELATIONS | SYMMETRIC_RELATIONS, _noun_phrase)
     return sorted(pairs, key=lambda pair: (pair[0].start, pair[1].start, pair[2]))
+
+
+def _joined(tokens: Sequence[str], firsts: Sequence[NounPhrase], relations, second_phrase: Callable) -> list[tuple]:
+    """Every (first, second, relation): a phrase of `firsts`, one of `relations` right after it, then the phrase
+    `second_phrase(tokens, position)` reads right after that, ending cleanly; in the order of `firsts`."""
+    pairs = []
+    for first in firsts:
+        for relation in relations:
+            if tuple(tokens[first.end:first.end + len(relation)]) == relation:
+                second = second_phrase(tokens, first.end + len(relation))
+                if second is not None and _ends_cleanly(tokens, second.end):
+                    pairs.append((first, second, relation))
+    return pairs
 
 
 def _thing_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
@@ -237,20 +240,8 @@ def _thing_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
 def place_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
     """Every (subject, thing, relation) of a person or an animal that starts a clause, a verb of standing still
     (or none), `PLACES` and a thing's noun phrase that ends cleanly ("a man is standing behind a red car")."""
-    pairs = []
-    for start in range(len(tokens)):
-        first = _noun_phrase(tokens, start)
-        if first is None or not starts_clause(tokens, first):
-            continue
-        for still in STILL_VERBS:
-            for place in PLACES:
-                relation = still + place
-                if tuple(tokens[first.end:first.end + len(relation)]) != relation:
-                    continue
-                second = _thing_phrase(tokens, first.end + len(relation))
-                if second is not None and _ends_cleanly(tokens, second.end):
-                    pairs.append((first, second, relation))
-    return pairs
+    subjects = [phrase for phrase in noun_phrases(tokens) if starts_clause(tokens, phrase)]
+    return _joined(tokens, subjects, [still + place for still in STILL_VERBS for place in PLACES], _thing_phrase)
 
 
 def starts_clause(tokens: Sequence[str], phrase: NounPhrase) -> bool:
