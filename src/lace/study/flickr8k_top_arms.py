@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -307,7 +308,8 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     metrics = METRICS + tuple(k for k in figures_by_arm["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
     result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
               "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
-              "items": len(measured.items), "phrase_swap_items": _counts(measured.phrase_items), **figures,
+              "items": len(measured.items),
+              "phrase_swap_items": dict(Counter(item["kind"] for item in measured.phrase_items)), **figures,
               "summary": summarise_over_seeds(figures_by_arm, metrics, seconds), "runs": figures_by_arm}
     atomic_write_json(out / f"arms-{config.split}.json", result)
     atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
@@ -330,11 +332,6 @@ def _local_editor_figures(runner: StageRunner, config: TopsStudyConfig, base_key
             found[name] = runner.run(name.replace("_", "-"), stage_key(base_key, config_to_dict(settings)),
                                      lambda local=local: sources.map_editor(local)[1])
     return found
-
-
-def _counts(items: list[dict]) -> dict[str, int]:
-    kinds = [item["kind"] for item in items]
-    return {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)}
 
 
 def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Path, dictionary_key: str,
