@@ -31,7 +31,6 @@ from lace.local.cut_recolour import CutPhotographs, photo_prototypes
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures, split_rows
 from lace.study.heads import fresh_heads, train_on_features
-from lace.train.data import TopPairs
 
 
 @dataclass
@@ -56,14 +55,6 @@ class TopSplit:
         keep = local[self.caption_image_index] >= 0
         return TopSplit(name, self.image_maps[image_rows], self.token_states, self.caption_rows[keep],
                         local[self.caption_image_index[keep]])
-
-    def pairs(self, negative_states: TokenStates | None = None, negative_of_caption: np.ndarray | None = None,
-              caption_texts: list[str] | None = None, negative_texts: list[str] | None = None,
-              state_encoder=None) -> TopPairs:
-        """The split as the trainer's `TopPairs`: with one rule-made negative per caption, and with the texts and the
-        state encoder that writing the captions of image edits needs (the pairs layout), when given."""
-        return TopPairs(self.image_maps, self.token_states, self.caption_rows, self.caption_image_index,
-                        negative_states, negative_of_caption, caption_texts, negative_texts, state_encoder)
 
 
 def top_splits(data: str, cache: str, encoder: TowersDualEncoder, progress: bool = True) -> dict[str, TopSplit]:

@@ -126,8 +126,9 @@ class ArmSources:
             states = cached_text_top_features(top.encoder, made, self.cache, progress=self.config.progress)
             self._negatives = (states, negative_of_caption, made)
         states, negative_of_caption, made = self._negatives
-        return self.finetune_split.pairs(states, negative_of_caption, caption_texts=self.captions, negative_texts=made,
-                                         state_encoder=partial(fresh_token_states, top.encoder))
+        split = self.finetune_split
+        return TopPairs(split.image_maps, split.token_states, split.caption_rows, split.caption_image_index, states,
+                        negative_of_caption, self.captions, made, partial(fresh_token_states, top.encoder))
 
     def editor(self):
         """The pooled LACE editor over the base's dictionary, with the study's editor knobs."""
