@@ -8,6 +8,7 @@ import numpy as np
 from PIL import Image
 
 from lace.experiment.claims import check, difference, figures_samples
+from lace.experiment.protocol import Run
 from lace.experiment.variants import ROLE_NAMES
 from lace.report import plots
 from lace.report.document import Report, Table, format_cell, mean_std
@@ -288,7 +289,7 @@ def zeroshot_by_model(results: dict) -> dict[str, dict]:
 
     models = {"base": zeroshot(results["base_figures"])}
     for variant, runs in results["finetunes"].items():
-        models.update({f"{variant} seed {seed}": zeroshot(run["figures"]) for seed, run in enumerate(runs)})
+        models.update({Run(variant, seed).label: zeroshot(run["figures"]) for seed, run in enumerate(runs)})
     return models
 
 
