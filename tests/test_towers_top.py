@@ -33,6 +33,7 @@ from lace.study.config import HeadsTraining
 from lace.study.flickr8k_top import TopSplit, embed_top_split
 from lace.study.heads import train_summary
 from lace.train.config import train_config
+from lace.train.data import TopPairs
 from tests.conftest import randomise_batch_norms
 
 
@@ -158,7 +159,8 @@ def test_cached_intermediates_train_tops_that_load_encoder_reads_back(photos, tm
     config = train_config(model="lace-towers", lr=1e-3, pretrained_lr_scale=0.1, epochs=3, batch_size=3,
                          warmup_steps=1, grad_clip_norm=None, precision="fp32", device="cpu", checkpoint_every=0,
                          log_every=1)
-    summary = train_summary(config, False, dataset=split.pairs(), encoder=top)
+    pairs = TopPairs(split.image_maps, split.token_states, split.caption_rows, split.caption_image_index)
+    summary = train_summary(config, False, dataset=pairs, encoder=top)
     assert summary["steps"] == 3
     assert not torch.equal(block, before[0]) and not torch.equal(layer, before[1])
     assert torch.equal(lower, before[2])  # below the cut nothing moves

@@ -18,6 +18,7 @@ measured on the same items (`lace.experiment.pooled_fidelity`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,6 +30,7 @@ from torchvision.transforms import Normalize
 
 from lace.concepts.labelled import load_labelled_dictionary
 from lace.concepts.vocabulary import load_vocabulary
+from lace.config import config_to_dict
 from lace.data.readers import read_dataset
 from lace.data.world.config import PALETTE
 from lace.data.world.folder import read_scenes, read_world_config
@@ -53,6 +55,7 @@ from lace.local.recolour import RecolourRegression
 from lace.local.text import caption_swap_negatives, single_token_ids
 from lace.local.towers import ImageTowerSplit, region_features
 from lace.local.transport import GaussianTransport
+from lace.report.document import Table, format_cell
 
 METHODS = {
     "mean_shift": {"n_buckets": 1, "window": 1, "covariance": False},
@@ -172,9 +175,7 @@ def measure_fidelity(encoder, config: FidelityConfig, log=print) -> dict:
     families = {family: benchmark_items(world, config.split, family, config.n_items)
                 for family in ("swap_attribute", "replace_attribute")}
     names = vocabulary.groups()[config.group]
-    results = {"config": {**config.__dict__, "methods": list(config.methods), "layers": list(config.layers),
-                          "pooled": list(config.pooled), "learnt": dict(vars(config.learnt))},
-               "n_train": n_train, "image": {}, "text": {}}
+    results = {"config": config_to_dict(config), "n_train": n_train, "image": {}, "text": {}}
     with torch.no_grad():
         data = {family: family_data(encoder, item_pixels(encoder, world, chosen), chosen)
                 for family, chosen in families.items()}
@@ -350,100 +351,88 @@ def _codes_summary(clip, layer, train_pixels, train_captions, vocabulary, group,
             "labelled": int(labelled.sum())}
 
 
-def _number(value) -> str:
-    return "-" if value is None else f"{value:.3f}"
+FIGURE_COLUMNS = ("valid", "direction", "control", "cos(u_edit, u_r)", "cos(u, u_r)", "control cos",
+                  "prefers edited caption (edit / original / rendered / control)")
+"""The columns of one family's figures (`_figure_cells`), in the image-side and the pooled tables."""
 
 
-def _figure_cells(row: dict) -> str:
+def _figure_cells(row: dict) -> list:
     """The cells of one family's figures, from `valid` to the caption preferences."""
-    f = _number
-    return (f"{f(row['valid_share'])} | {f(row['edit']['direction_agreement'])} | "
-            f"{f(row['random_control']['direction_agreement'])} | {f(row['edit']['cos_edit_rendered'])} | "
-            f"{f(row['original']['cos_original_rendered'])} | {f(row['random_control']['cos_edit_rendered'])} | "
-            f"{f(row['edit']['prefers_edited_caption'])} / {f(row['original']['prefers_edited_caption'])} / "
-            f"{f(row['rendered_prefers_edited_caption'])} / {f(row['random_control']['prefers_edited_caption'])} |")
+    edit, original, control = row["edit"], row["original"], row["random_control"]
+    preferences = (edit["prefers_edited_caption"], original["prefers_edited_caption"],
+                   row["rendered_prefers_edited_caption"], control["prefers_edited_caption"])
+    return [row["valid_share"], edit["direction_agreement"], control["direction_agreement"], edit["cos_edit_rendered"],
+            original["cos_original_rendered"], control["cos_edit_rendered"], " / ".join(map(format_cell, preferences))]
+
+
+def _table(text: str, header: Sequence[str], rows: list[list]) -> str:
+    """`text`, then its table (`lace.report.document.Table`: three digits, a dash for a figure not measured)."""
+    return f"{text}\n\n{Table(header, rows).markdown()}"
 
 
 def _pooled_markdown(pooled: dict) -> list[str]:
-    """The pooled-embedding arms' table and the colour pairs their editor refused."""
-    lines = ["", ("Pooled-embedding image-side edits (the non-local arms) on the same items; control = random step "
-                  "of the edit's size |u_edit - u| in embedding space, then normalised:"), "",
-             ("| method | edit | valid | direction | control | cos(u_edit, u_r) | cos(u, u_r) | control cos | "
-              "prefers edited caption (edit / original / rendered / control) |"),
-             "|---|---|---|---|---|---|---|---|---|"]
-    reasons, refused = [], []
-    for method, figures in pooled.items():
-        for kind, row in figures.items():
-            lines.append(f"| {method} | {kind} | {_figure_cells(row)}")
-            if row["invalid_shares"]:
-                reasons.append(f"| {method} | {kind} | {_number(row['valid_share'])} | "
-                               + " | ".join(_number(row["invalid_shares"][reason]) for reason in
-                                            ("refused_pair", "not_proposed", "failed_effect_check")) + " |")
-            if row["refused_pairs"]:
-                refused.append(f"- {method} {kind}: {', '.join(sorted(row['refused_pairs']))}")
+    """The pooled-embedding arms' table, why their rows were invalid and the colour pairs their editor refused."""
+    rows = [(method, kind, row) for method, figures in pooled.items() for kind, row in figures.items()]
+    blocks = [_table("Pooled-embedding image-side edits (the non-local arms) on the same items; control = random step "
+                     "of the edit's size |u_edit - u| in embedding space, then normalised:",
+                     ["method", "edit", *FIGURE_COLUMNS], [[method, kind, *_figure_cells(row)] for method, kind, row in rows])]
+    reasons = [[method, kind, row["valid_share"], *(row["invalid_shares"][reason] for reason in
+                                                     ("refused_pair", "not_proposed", "failed_effect_check"))]
+               for method, kind, row in rows if row["invalid_shares"]]
     if reasons:
-        lines += ["", "Why dictionary edits are invalid (shares of all rows):", "",
-                  "| method | edit | valid | pair refused | no edit proposed | failed effect check |",
-                  "|---|---|---|---|---|---|", *reasons]
+        blocks.append(_table("Why dictionary edits are invalid (shares of all rows):", [
+            "method", "edit", "valid", "pair refused", "no edit proposed", "failed effect check"], reasons))
+    refused = [f"- {method} {kind}: {', '.join(sorted(row['refused_pairs']))}" for method, kind, row in rows
+               if row["refused_pairs"]]
     if refused:
-        lines += ["", "Colour pairs the editor refused (their rows count as invalid):", "", *refused]
-    return lines
+        blocks.append("\n".join(["Colour pairs the editor refused (their rows count as invalid):", "", *refused]))
+    return blocks
 
 
 def _probe_markdown(results: dict) -> list[str]:
     """Each operator's binding swaps: direction fidelity, its random control and the provenance probe's AUC, beside
     the probe on the rendered swaps; and the learnt operator's fit."""
-    f = _number
-    lines = ["", (f"Binding swaps, fidelity and provenance: probe AUC real vs edited on this model (fitted on "
-                  f"{results['config'].get('n_probe', 0)} training images no operator saw, scored on the items; "
-                  f"the same probe on the rendered swaps: {f(results.get('rendered_probe_auc'))}):"), "",
-             "| layer | method | swap direction | control | probe AUC | rendered probe AUC |", "|---|---|---|---|---|---|"]
-    for layer, layer_results in results["image"].items():
-        for method, figures in layer_results["methods"].items():
-            swap = figures["swap"]
-            lines.append(f"| {layer} | {method} | {f(swap['edit']['direction_agreement'])} | "
-                         f"{f(swap['random_control']['direction_agreement'])} | {f(swap.get('probe_auc'))} | "
-                         f"{f(results.get('rendered_probe_auc'))} |")
-    fits = [(layer, method, figures) for layer, layer_results in results["image"].items()
-            for method, figures in layer_results.get("operator_fit", {}).items()]
+    rendered = results.get("rendered_probe_auc")
+    blocks = [_table(
+        f"Binding swaps, fidelity and provenance: probe AUC real vs edited on this model (fitted on "
+        f"{results['config'].get('n_probe', 0)} training images no operator saw, scored on the items; the same probe "
+        f"on the rendered swaps: {format_cell(rendered)}):",
+        ["layer", "method", "swap direction", "control", "probe AUC", "rendered probe AUC"],
+        [[layer, method, figures["swap"]["edit"]["direction_agreement"],
+          figures["swap"]["random_control"]["direction_agreement"], figures["swap"].get("probe_auc"), rendered]
+         for layer, layer_results in results["image"].items() for method, figures in layer_results["methods"].items()])]
+    fits = [[layer, method, fit["ridge_reconstruction"], fit["learnt_reconstruction"], fit["critic_loss"]]
+            for layer, layer_results in results["image"].items()
+            for method, fit in layer_results.get("operator_fit", {}).items()]
     if fits:
-        lines += ["", "Learnt operator's fit (relative squared error of the change on its sampled training positions):",
-                  "", "| layer | method | ridge | learnt | discriminator loss |", "|---|---|---|---|---|"]
-        lines += [f"| {layer} | {method} | {f(fit['ridge_reconstruction'])} | {f(fit['learnt_reconstruction'])} | "
-                  f"{f(fit['critic_loss'])} |" for layer, method, fit in fits]
-    return lines
+        blocks.append(_table("Learnt operator's fit (relative squared error of the change on its sampled training "
+                             "positions):", ["layer", "method", "ridge", "learnt", "discriminator loss"], fits))
+    return blocks
 
 
 def fidelity_markdown(results: dict) -> str:
     """The fidelity tables as markdown."""
-    f = _number
-
-    lines = [(f"Image-side edits on {results['config']['split']} items (fitted on {results['n_train']} training "
-              "images). Direction agreement = cos(u_edit - u, u_rendered - u); control = same-size random step at "
-              "the same positions."),
-             "",
-             ("| layer | method | edit | valid | direction | control | cos(u_edit, u_r) | cos(u, u_r) | control cos | "
-              "prefers edited caption (edit / original / rendered / control) |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for layer, layer_results in results["image"].items():
-        for method, figures in layer_results["methods"].items():
-            for kind, row in figures.items():
-                lines.append(f"| {layer} | {method} | {kind} | {_figure_cells(row)}")
-    lines += _probe_markdown(results)
-    lines += ["", "Localisation from features (renderer masks only measure) and local codes:", "",
-              ("| layer | grid | both objects' concepts right | mask IoU | reader loss | codes FVU | atoms labelled | "
-               "mean alignment (labelled) | mean alignment (random labels) |"), "|---|---|---|---|---|---|---|---|---|"]
-    for layer, layer_results in results["image"].items():
-        loc, codes = layer_results["localisation"], layer_results["codes"]
-        lines.append(f"| {layer} | {loc['grid'][0]}x{loc['grid'][1]} | {f(loc['objects_right_share'])} | "
-                     f"{f(loc['mask_iou'])} | {f(layer_results['reader_mention_loss'])} | {f(codes['fvu'])} | "
-                     f"{codes['labelled']}/{codes['n_atoms']} | {f(codes['mean_alignment_labelled'])} | "
-                     f"{f(codes['mean_alignment_random_labels'])} |")
-    lines += ["", "Caption-side binding swaps (token states exchanged at L) against the encoded swapped caption:", "",
-              "| layer | valid | direction | cos(v_edit, v_neg) | cos(v, v_neg) |", "|---|---|---|---|---|"]
-    for layer, row in results["text"].items():
-        lines.append(f"| {layer} | {f(row['valid_share'])} | {f(row['direction_agreement'])} | "
-                     f"{f(row['cos_edit_rendered'])} | {f(row['cos_original_rendered'])} |")
+    image = results["image"].items()
+    blocks = [_table(
+        f"Image-side edits on {results['config']['split']} items (fitted on {results['n_train']} training images). "
+        "Direction agreement = cos(u_edit - u, u_rendered - u); control = same-size random step at the same positions.",
+        ["layer", "method", "edit", *FIGURE_COLUMNS],
+        [[layer, method, kind, *_figure_cells(row)] for layer, layer_results in image
+         for method, figures in layer_results["methods"].items() for kind, row in figures.items()])]
+    blocks += _probe_markdown(results)
+    blocks.append(_table(
+        "Localisation from features (renderer masks only measure) and local codes:",
+        ["layer", "grid", "both objects' concepts right", "mask IoU", "reader loss", "codes FVU", "atoms labelled",
+         "mean alignment (labelled)", "mean alignment (random labels)"],
+        [[layer, "{}x{}".format(*found["localisation"]["grid"]), found["localisation"]["objects_right_share"],
+          found["localisation"]["mask_iou"], found["reader_mention_loss"], found["codes"]["fvu"],
+          f"{found['codes']['labelled']}/{found['codes']['n_atoms']}", found["codes"]["mean_alignment_labelled"],
+          found["codes"]["mean_alignment_random_labels"]] for layer, found in image]))
+    blocks.append(_table(
+        "Caption-side binding swaps (token states exchanged at L) against the encoded swapped caption:",
+        ["layer", "valid", "direction", "cos(v_edit, v_neg)", "cos(v, v_neg)"],
+        [[layer, row["valid_share"], row["direction_agreement"], row["cos_edit_rendered"],
+          row["cos_original_rendered"]] for layer, row in results["text"].items()]))
     if "pooled" in results:
-        lines += _pooled_markdown(results["pooled"])
-    return "\n".join(lines) + "\n"
+        blocks += _pooled_markdown(results["pooled"])
+    return "\n\n".join(blocks) + "\n"

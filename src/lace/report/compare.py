@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from lace.errors import LaceInputError
 from lace.eval.summary import format_value, is_score
-from lace.io import atomic_path, read_json
+from lace.io import read_json
 
 
 @dataclass
@@ -63,33 +64,16 @@ def comparison_table(results: list[Results], labels: list[str] | None = None) ->
 
 
 def comparison_chart(results: list[Results], path: str | Path, labels: list[str] | None = None) -> Path:
-    """Grouped bar chart of the benchmark scores (diagnostics left out: they have other scales; so are the
-    figures that describe the data, such as the share of same-words items)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    """Grouped bar chart of the benchmark scores (`lace.report.plots.grouped_bars`, one colour per results file;
+    diagnostics left out: they have other scales; so are the figures that describe the data, such as the share of
+    same-words items)."""
+    from lace.report.plots import grouped_bars
 
     labels = labels or [r.label for r in results]
     metrics = [key for key in dict.fromkeys(k for r in results for k in r.metrics)
                if not key.startswith("diagnostics/") and is_score(key)]
     if not metrics:
         raise LaceInputError("no benchmark metrics to chart")
-    positions = np.arange(len(metrics))
-    width = 0.8 / len(results)
-    figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(metrics) * len(results) + 2), 4.5))
-    for i, (result, label) in enumerate(zip(results, labels)):
-        heights = [np.nan if result.metrics.get(m) is None else result.metrics[m] for m in metrics]
-        axes.bar(positions + (i - (len(results) - 1) / 2) * width, heights, width, label=label)
-    axes.set_xticks(positions)
-    axes.set_xticklabels(metrics, rotation=60, ha="right", fontsize=8)
-    axes.set_ylabel("score")
-    axes.legend(fontsize=8)
-    axes.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120)
-    plt.close(figure)
-    return path
+    values = {metric: {label: math.nan if result.metrics.get(metric) is None else result.metrics[metric]
+                       for result, label in zip(results, labels)} for metric in metrics}
+    return grouped_bars(values, path, "benchmark scores", "score")

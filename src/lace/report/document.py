@@ -34,6 +34,16 @@ def format_cell(value: Cell, digits: int = 3) -> str:
     return str(value)
 
 
+def mean_std(entry: dict | None, show_n: bool = False) -> str:
+    """A summary entry over seeds ({"mean", "std", "n"}, `lace.experiment.summary`) as "mean ± std", a single run as
+    its value, with " (n)" when `show_n`; an em dash when no run has it."""
+    if not entry or entry.get("mean") is None:
+        return format_cell(None)
+    n = entry.get("n", 1)
+    text = f"{entry['mean']:.3f} ± {entry['std']:.3f}" if n > 1 else f"{entry['mean']:.3f}"
+    return f"{text} ({n})" if show_n else text
+
+
 @dataclass
 class Table:
     header: Sequence[str]

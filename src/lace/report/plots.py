@@ -57,8 +57,7 @@ def grouped_bars(
             axis.hlines(chance[metric], position - 0.45, position + 0.45, color="grey", linestyle="--", linewidth=1,
                         label="chance" if metric == next(m for m in metrics if m in chance) else None)
     axis.set_xticks(x, metrics, rotation=20, ha="right")
-    axis.set_ylabel(ylabel)
-    axis.set_title(title)
+    axis.set(ylabel=ylabel, title=title)
     axis.legend(fontsize=8, ncol=min(len(series) + 1, 4))
     axis.grid(axis="y", alpha=0.3)
     return _save(figure, path)
@@ -76,9 +75,7 @@ def nk_histograms(counts: Mapping[str, np.ndarray], path: str | Path, title: str
     axis.axvline(2 * k, color="grey", linestyle=":", linewidth=1, label=f"hub threshold 2k={2 * k}")
     axis.set_yscale("log")
     plain_log_labels(axis.yaxis)
-    axis.set_xlabel(f"N_{k}")
-    axis.set_ylabel("gallery items")
-    axis.set_title(title)
+    axis.set(xlabel=f"N_{k}", ylabel="gallery items", title=title)
     axis.legend(fontsize=8)
     return _save(figure, path)
 
@@ -150,8 +147,7 @@ def tradeoff_curves(
         axis.plot(xs, ys, marker="o", linewidth=1.5, label=name)
         for x, y, label in points:
             axis.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    axis.set_xlabel(xlabel)
-    axis.set_ylabel(ylabel)
+    axis.set(xlabel=xlabel, ylabel=ylabel)
     axis.set_title(title, fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)

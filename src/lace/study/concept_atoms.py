@@ -113,7 +113,3 @@ def top_examples(
         })
     return examples
 
-
-def mentions_per_image(test: SplitFeatures, rules, min_captions: int = 1) -> tuple[torch.Tensor, list[str]]:
-    """(N_img, C) bool: concepts named by at least `min_captions` of each image's captions."""
-    return caption_concepts(test.captions_per_image, rules, min_captions)

@@ -77,17 +77,48 @@ TRANSPLANTS: tuple[tuple[str, str], ...] = (("grass", "snow"), ("dog", "horse"),
 
 
 @dataclass(frozen=True)
-class StudyConfig:
-    """The Flickr8k study: base heads, their geometry, a dictionary, edits and fine-tunes."""
+class Flickr8kStudy:
+    """What both Flickr8k studies read and keep: the data, the study folder and feature cache, the seeds, the concept
+    dictionary and vocabulary, the measured items, zero-shot on a folder of the user's, and progress bars."""
 
     data: str
     """Flickr8k folder (captions.csv and images/)."""
     out: str
-    """Study folder: report.md, report.html, results.json, stages/, figures/, models/."""
+    """Study folder: stages/, models/ and the study's results (the locked towers: report.md, report.html,
+    results.json, figures/; the tops: arms-<split>.json and .md, every fine-tune a lace-towers checkpoint)."""
     feature_cache: str | None = None
-    """Folder of cached tower features (default: <out>/features); shared between studies."""
+    """Folder of cached tower features (the tops: their inputs; default: <out>/features); shared between studies."""
     seeds: int = 3
     """Seeds of every fine-tune (mean and standard deviation over them)."""
+    dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
+    """The concept dictionary of LACE's pooled edits (`--dictionary-<field>`), fitted on the base's training
+    embeddings (`dictionary.vocabulary` is replaced by the study's `vocabulary`)."""
+    vocabulary: str = "natural"
+    """Typed vocabulary for concepts, rule-made captions and edits."""
+    items_per_kind: int = 1000
+    """SugarCrepe-style items per kind built from the measured split's captions."""
+    zeroshot_root: str | None = None
+    """Also score zero-shot on this image folder, one subfolder per class, for the base and every fine-tune
+    (`lace eval --benchmarks zeroshot`)."""
+    zeroshot_classnames: str | None = None
+    """Class names of `zeroshot_root` (as `lace eval --zeroshot-classnames` reads them)."""
+    zeroshot_templates: str | None = None
+    """Prompt templates of `zeroshot_root` (as `lace eval --zeroshot-templates` reads them)."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def _validate_shared(self, where: str) -> None:
+        if self.seeds < 1:
+            raise input_error(where, "seeds", "at least 1", self.seeds)
+        self.dictionary.validate(f"{where}: dictionary")
+
+
+@dataclass(frozen=True)
+class StudyConfig(Flickr8kStudy):
+    """The Flickr8k study: base heads, their geometry, a dictionary, edits and fine-tunes (the caption-derived
+    zero-shot proxy task, `lace.study.zeroshot`, is always scored; the SugarCrepe-style items come from the test
+    captions)."""
+
     base_grid: tuple[HeadsTraining, ...] = DEFAULT_BASE_GRID
     """Candidate base trainings; the best mean validation R@1 is kept."""
     finetune: HeadsTraining = HeadsTraining(epochs=6, lr=5e-4, warmup_steps=10)
@@ -97,46 +128,29 @@ class StudyConfig:
     edit: EditConfig = field(default_factory=EditConfig)
     """The editor of LACE fine-tuning and counterfactual brittleness, with its M (`edit.n_edits`: counterfactual
     edits per embedding and side; edit retrieval sets its own strengths)."""
-    vocabulary: str = "natural"
-    """Typed vocabulary for concepts, rule-made captions and edits."""
-    dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
-    """The concept dictionary fitted on the base's training embeddings (`dictionary.vocabulary` is replaced by the
-    study's `vocabulary`)."""
     transplants: tuple[tuple[str, str], ...] = TRANSPLANTS
     """Named transplants of the edit-retrieval stage (source, target)."""
     strengths: tuple[float, ...] = (1.0, 2.0, 4.0)
     """Transplant strengths."""
     zeroshot_min_images: int = 5
     """Test images a class of the caption-derived zero-shot task needs (`lace.study.zeroshot`)."""
-    zeroshot_root: str | None = None
-    """Also score zero-shot on this image folder, one subfolder per class (`lace eval --benchmarks zeroshot`);
-    the caption-derived proxy task (`lace.study.zeroshot`) is always scored."""
-    zeroshot_classnames: str | None = None
-    """Class names of `zeroshot_root` (as `lace eval --zeroshot-classnames` reads them)."""
-    zeroshot_templates: str | None = None
-    """Prompt templates of `zeroshot_root` (as `lace eval --zeroshot-templates` reads them)."""
     neighbours: int = 10
     """Nearest real images looked up per edited image."""
     rule_brittleness_captions: int = 1000
     """Test captions drawn for rule-made brittleness (each with one edit per kind)."""
-    items_per_kind: int = 1000
-    """SugarCrepe-style items per kind built from test captions."""
     concepts_shown: int = 8
     """Concepts whose best atoms are shown with their top images and captions."""
     image_batch_size: int = 64
     """Images per tower batch when extracting features."""
     num_workers: int = 1
     """DataLoader workers decoding JPEGs for the image tower."""
-    progress: bool = True
-    """Show progress bars."""
 
     FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {"edit.n_edits": ("--edit-n-edits", "--n-edits")}
     """M lives in the editor's config; `n_edits`, the name from before, still sets it."""
 
     def validate(self) -> StudyConfig:
         where = "study config"
-        if self.seeds < 1:
-            raise input_error(where, "seeds", "at least 1", self.seeds)
+        self._validate_shared(where)
         if not self.base_grid:
             raise input_error(where, "base_grid", "at least one candidate")
         for candidate in self.base_grid:
@@ -146,13 +160,9 @@ class StudyConfig:
             raise input_error(where, "variants", "at least one variant")
         check_variants(self.variants, where)
         self.edit.validate(f"{where}: edit")
-        self.dictionary.validate(f"{where}: dictionary")
         if self.neighbours < 1:
             raise input_error(where, "neighbours", "a positive integer", self.neighbours)
         return self
-
-    def with_changes(self, **changes) -> StudyConfig:
-        return replace(self, **changes)
 
 
 def heads_from(base: HeadsTraining, finetune: HeadsTraining) -> HeadsTraining:
@@ -180,7 +190,8 @@ round trip or no-op; the learnt operator), chosen by those knobs, not by name.""
 class TopsFinetune:
     """The parts of every arm's fine-tune a tops study user sets: its length, batch and precision, its optimiser
     and how its negatives are made (the study's editors: `--edit-*`, `--local-*`). The study sets the run (model,
-    data, seeds, folders) and each arm its switches (`lace.experiment.variants`)."""
+    data, seeds, folders) and each arm its switches (`lace.experiment.variants`). The defaults are the fine-tune the
+    protocol chose on validation (docs/flickr8k-top.md): 8 epochs of batch 256 over the fine-tune images (88 steps)."""
 
     FLAT_PARTS: ClassVar[tuple[str, ...]] = ("optim", "negatives")
     FLAG_NAMES: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -218,27 +229,13 @@ class TopsFinetune:
         return self
 
 
-TOPS_FINETUNE = TopsFinetune()
-"""The tops' fine-tune, as the protocol chose it on validation (docs/flickr8k-top.md): heads and scale at 5e-4,
-the pretrained top layers at a tenth of it, 8 epochs of batch 256 over the fine-tune images (88 steps), no
-gradient clipping."""
-
-
 @dataclass(frozen=True)
-class TopsStudyConfig:
+class TopsStudyConfig(Flickr8kStudy):
     """Flickr8k with the tops of the towers trainable: a heads-only base on part of the training images, then every
     training arm fine-tuned on the others (tops and heads) over seeds, measured on one split."""
 
-    data: str
-    """Flickr8k folder (captions.csv and images/)."""
-    out: str
-    """Study folder: arms-<split>.json and .md, stages/, models/ (every fine-tune a lace-towers checkpoint)."""
-    feature_cache: str | None = None
-    """Folder of cached tower-top inputs (default: <out>/features); shared between studies."""
     arms: tuple[str, ...] = TOP_ARMS
     """Training arms to run (names of `lace.experiment.variants.VARIANTS`)."""
-    seeds: int = 3
-    """Fine-tune seeds of every arm (mean and standard deviation over them)."""
     split: str = "val"
     """Split to measure on: val while choosing, test once at the end (it reuses every trained model)."""
     base_share: float = 0.5
@@ -249,27 +246,10 @@ class TopsStudyConfig:
     finetune: TopsFinetune = field(default_factory=TopsFinetune)
     """Every arm's fine-tune (`--finetune-<field>`, the editors `--edit-<knob>` and `--local-<knob>`; `edit:` and
     `local:` in YAML); the study sets the model, data, seed and the arm's switches."""
-    dictionary: DictionaryConfig = field(default_factory=lambda: STUDY_DICTIONARY)
-    """The pooled concept dictionary of LACE's arms (`--dictionary-<field>`), fitted on the base's training
-    embeddings (`dictionary.vocabulary` is replaced by the study's `vocabulary`)."""
-    vocabulary: str = "natural"
-    """Typed vocabulary for concepts, rule-made captions and edits."""
-    items_per_kind: int = 1000
-    """SugarCrepe-style items per kind built from the measured split's captions."""
-    zeroshot_root: str | None = None
-    """Also score zero-shot on this image folder, one subfolder per class, for the base and every fine-tune
-    (`lace eval --benchmarks zeroshot`)."""
-    zeroshot_classnames: str | None = None
-    """Class names of `zeroshot_root` (as `lace eval --zeroshot-classnames` reads them)."""
-    zeroshot_templates: str | None = None
-    """Prompt templates of `zeroshot_root` (as `lace eval --zeroshot-templates` reads them)."""
-    progress: bool = True
-    """Show progress bars (extraction, training)."""
 
     def validate(self) -> TopsStudyConfig:
         where = "tower-tops study config"
-        if self.seeds < 1:
-            raise input_error(where, "seeds", "at least 1", self.seeds)
+        self._validate_shared(where)
         if not self.arms:
             raise input_error(where, "arms", "at least one arm")
         check_variants(self.arms, where, "arms")
@@ -279,9 +259,8 @@ class TopsStudyConfig:
             raise input_error(where, "base_share", "a share in (0, 1)", self.base_share)
         self.base.validate(f"{where}: base")
         self.finetune.validate(f"{where}: finetune")
-        self.dictionary.validate(f"{where}: dictionary")
         return self
 
 
-__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOPS_FINETUNE", "TOP_ARMS", "TRANSPLANTS",
-           "HeadsTraining", "StudyConfig", "TopsFinetune", "TopsStudyConfig", "heads_from"]
+__all__ = ["DEFAULT_BASE_GRID", "STUDY_VARIANTS", "TOP_ARMS", "TRANSPLANTS",
+           "Flickr8kStudy", "HeadsTraining", "StudyConfig", "TopsFinetune", "TopsStudyConfig", "heads_from"]

@@ -24,7 +24,7 @@ from lace.config import config_to_dict
 from lace.data.flickr8k import read_flickr8k
 from lace.edits import EditConfig, build_editor
 from lace.edits.captions import RuleNegatives
-from lace.encoders.towers import TowersConfig, TowersDualEncoder
+from lace.encoders.towers import TowersConfig, TowersDualEncoder, save_heads_checkpoint
 from lace.errors import LaceInputError
 from lace.eval.metrics import retrieval_recall
 from lace.experiment.edit_grids import edit_grid_stage
@@ -47,7 +47,6 @@ from lace.study.heads import (
     embed_split,
     fresh_heads,
     load_heads,
-    save_heads,
     train_on_features,
 )
 from lace.study.measure import (
@@ -298,7 +297,7 @@ def _choose_base(encoder: TowersDualEncoder, splits: dict[str, SplitFeatures], g
         log(f"  base candidate {i}: val mean R@1 {score:.3f} ({summary['seconds']:.1f}s)")
         if score > best_score:
             best, best_score = i, score
-            save_heads(encoder, base_path)
+            save_heads_checkpoint(encoder, base_path)
     load_heads(encoder, base_path)
     return {"grid": rows, "chosen": best, "checkpoint": str(base_path.relative_to(out))}
 
@@ -315,7 +314,7 @@ def _finetunes(encoder: TowersDualEncoder, runner: StageRunner, config: StudyCon
         load_heads(encoder, base_checkpoint)
         summary = train_on_features(encoder, train, settings, run.seed, run.arm, editor, config.edit, caption_negatives,
                                     config.vocabulary)
-        save_heads(encoder, checkpoint)
+        save_heads_checkpoint(encoder, checkpoint)
         return {"train": summary, "figures": measure(), "checkpoint": str(checkpoint.relative_to(out))}
 
     arms = ArmStages(runs(config.variants, range(config.seeds)), "finetune",

@@ -31,7 +31,6 @@ from lace.local.cut_recolour import CutPhotographs, photo_prototypes
 from lace.study.config import HeadsTraining
 from lace.study.features import SplitFeatures, split_rows
 from lace.study.heads import fresh_heads, train_on_features
-from lace.train.data import TopPairs
 
 
 @dataclass
@@ -56,14 +55,6 @@ class TopSplit:
         keep = local[self.caption_image_index] >= 0
         return TopSplit(name, self.image_maps[image_rows], self.token_states, self.caption_rows[keep],
                         local[self.caption_image_index[keep]])
-
-    def pairs(self, negative_states: TokenStates | None = None, negative_of_caption: np.ndarray | None = None,
-              caption_texts: list[str] | None = None, negative_texts: list[str] | None = None,
-              state_encoder=None) -> TopPairs:
-        """The split as the trainer's `TopPairs`: with one rule-made negative per caption, and with the texts and the
-        state encoder that writing the captions of image edits needs (the pairs layout), when given."""
-        return TopPairs(self.image_maps, self.token_states, self.caption_rows, self.caption_image_index,
-                        negative_states, negative_of_caption, caption_texts, negative_texts, state_encoder)
 
 
 def top_splits(data: str, cache: str, encoder: TowersDualEncoder, progress: bool = True) -> dict[str, TopSplit]:
@@ -90,15 +81,11 @@ def cut_photographs(data: str, split: str, count: int, colour_names: list[str]) 
     return CutPhotographs(raw, lambda pixels: image_below_top(model, normalise(pixels)), photo_prototypes(colour_names))
 
 
-def _maps(split: TopSplit, rows) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(split.image_maps[np.asarray(rows)], dtype=np.float32))
-
-
 @torch.no_grad()
 def embed_top_split(top: TowersTop, split: TopSplit, batch_size: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """(N_img, d) and (N_txt, d) unit embeddings of a split through the tops and heads."""
     top.eval()
-    images = torch.cat([top.encode_image_states(_maps(split, range(i, min(i + batch_size, len(split.image_maps)))))
+    images = torch.cat([top.encode_image_states(torch.from_numpy(split.image_maps[i:i + batch_size].astype(np.float32)))
                         for i in range(0, len(split.image_maps), batch_size)])
     texts = encode_captions(top, split.token_states, split.caption_rows, chunk=batch_size)
     return images, texts

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -52,6 +53,7 @@ from lace.local.config import LocalEditConfig
 from lace.local.cut_recolour import fit_cut_operator
 from lace.local.editor import group_mentions
 from lace.local.maps import MapEditor, fit_map_editor, regions_of
+from lace.report.document import Table, mean_std
 from lace.study.concept_atoms import alignment_figures, fit_dictionary
 from lace.study.config import TopsStudyConfig
 from lace.study.features import SplitFeatures, captions_by_image, rule_negative_captions
@@ -124,8 +126,9 @@ class ArmSources:
             states = cached_text_top_features(top.encoder, made, self.cache, progress=self.config.progress)
             self._negatives = (states, negative_of_caption, made)
         states, negative_of_caption, made = self._negatives
-        return self.finetune_split.pairs(states, negative_of_caption, caption_texts=self.captions, negative_texts=made,
-                                         state_encoder=partial(fresh_token_states, top.encoder))
+        split = self.finetune_split
+        return TopPairs(split.image_maps, split.token_states, split.caption_rows, split.caption_image_index, states,
+                        negative_of_caption, self.captions, made, partial(fresh_token_states, top.encoder))
 
     def editor(self):
         """The pooled LACE editor over the base's dictionary, with the study's editor knobs."""
@@ -306,7 +309,8 @@ def run_tops_study(config: TopsStudyConfig, log=print) -> dict:
     metrics = METRICS + tuple(k for k in figures_by_arm["base"][0] if k.startswith("zeroshot/") and k.endswith("top1"))
     result = {"split": config.split, "arms": list(config.arms), "seeds": config.seeds,
               "config": config_to_dict(config), "base": base, "finetune_images": len(finetune_split.image_maps),
-              "items": len(measured.items), "phrase_swap_items": _counts(measured.phrase_items), **figures,
+              "items": len(measured.items),
+              "phrase_swap_items": dict(Counter(item["kind"] for item in measured.phrase_items)), **figures,
               "summary": summarise_over_seeds(figures_by_arm, metrics, seconds), "runs": figures_by_arm}
     atomic_write_json(out / f"arms-{config.split}.json", result)
     atomic_write_text(out / f"arms-{config.split}.md", arms_table(result))
@@ -329,11 +333,6 @@ def _local_editor_figures(runner: StageRunner, config: TopsStudyConfig, base_key
             found[name] = runner.run(name.replace("_", "-"), stage_key(base_key, config_to_dict(settings)),
                                      lambda local=local: sources.map_editor(local)[1])
     return found
-
-
-def _counts(items: list[dict]) -> dict[str, int]:
-    kinds = [item["kind"] for item in items]
-    return {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)}
 
 
 def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Path, dictionary_key: str,
@@ -360,19 +359,17 @@ def _tops_arms(config: TopsStudyConfig, out: Path, base_key: str, base_path: Pat
 
 
 def arms_table(result: dict) -> str:
-    """A markdown table of every arm's mean ± std on the measured split, with the difference to plain."""
+    """A markdown table of every arm's mean ± std on the measured split, with the difference to plain; the swap
+    items written independently apart, in a second table; and the targets of every LACE arm that ran."""
     summary, split = result["summary"], result["split"]
-    columns = ("sugarcrepe_style/swap_att", "sugarcrepe_style/swap_obj", "sugarcrepe_style/replace_att",
-               "i2t/R@1", "t2i/R@1")
     lines = [f"Flickr8k tower tops, {split} split, mean ± sample std over seeds (n; a single run without ±)", "",
-             ("| arm | i2t swap-att | i2t swap-obj | i2t replace-att | R@1 i2t | R@1 t2i | swap-att − plain | "
-              "train s |"), "|---|---|---|---|---|---|---|---|"]
-    plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
-    for arm, figures in summary.items():
-        seconds = f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else "–"
-        lines.append(f"| {arm} | " + " | ".join(_cell(figures, c) for c in columns)
-                     + f" | {_delta(figures, columns[0], plain)} | {seconds} |")
-    lines += _phrase_swaps_table(result)
+             _arms_rows(summary, TABLE_COLUMNS, seconds=True)]
+    counts = result.get("phrase_swap_items")
+    if counts:
+        lines += ["", "Swap items written independently of the rule editor (`lace.study.phrase_swaps`: whole phrases "
+                  "exchanged; items the rule editor can also write left out): "
+                  + ", ".join(f"{kind} {n} items" for kind, n in counts.items()) + ".", "",
+                  _arms_rows(summary, PHRASE_TABLE_COLUMNS)]
     for arm in (name for name in summary if name in LACE_ARMS):
         checks = target_checks(result.get("runs", {}), arm)
         if checks:
@@ -381,34 +378,27 @@ def arms_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _phrase_swaps_table(result: dict) -> list[str]:
-    """The lines of a second table, apart from the rule editor's items: the swap items written independently."""
-    counts, summary = result.get("phrase_swap_items"), result["summary"]
-    if not counts:
-        return []
-    columns = ("phrase_swaps/swap_att", "phrase_swaps/swap_obj")
-    lines = ["", "Swap items written independently of the rule editor (`lace.study.phrase_swaps`: whole phrases "
-             "exchanged; items the rule editor can also write left out): "
-             + ", ".join(f"{kind} {n} items" for kind, n in counts.items()) + ".", "",
-             "| arm | i2t phrase swap-att | i2t phrase swap-obj | phrase swap-att − plain |", "|---|---|---|---|"]
-    plain = summary.get("plain", {}).get(columns[0], {}).get("mean")
-    for arm, figures in summary.items():
-        lines.append(f"| {arm} | " + " | ".join(_cell(figures, c) for c in columns)
-                     + f" | {_delta(figures, columns[0], plain)} |")
-    return lines
+TABLE_COLUMNS = {"sugarcrepe_style/swap_att": "i2t swap-att", "sugarcrepe_style/swap_obj": "i2t swap-obj",
+                 "sugarcrepe_style/replace_att": "i2t replace-att", "i2t/R@1": "R@1 i2t", "t2i/R@1": "R@1 t2i"}
+PHRASE_TABLE_COLUMNS = {"phrase_swaps/swap_att": "i2t phrase swap-att", "phrase_swaps/swap_obj": "i2t phrase swap-obj"}
+"""The arms table's columns (figure -> header) for the rule editor's items and for the independent swap items."""
 
 
-def _cell(figures: dict, column: str) -> str:
-    """Mean ± std (n) of one arm's column; a single run without ±; a dash when no run has it."""
-    entry = figures.get(column, {})
-    if not entry.get("n"):
-        return "–"
-    return f"{entry['mean']:.3f} ± {entry['std']:.3f} ({entry['n']})" if entry["n"] > 1 else f"{entry['mean']:.3f} (1)"
+def _arms_rows(summary: dict, columns: dict[str, str], seconds: bool = False) -> str:
+    """One row per arm: each column's mean ± std (n), the first column's difference to plain and, with `seconds`,
+    the mean training seconds."""
+    first = next(iter(columns))
+    plain = summary.get("plain", {}).get(first, {}).get("mean")
+    header = ["arm", *columns.values(), f"{columns[first].removeprefix('i2t ')} − plain"] + ["train s"] * seconds
+    rows = [[arm, *(mean_std(figures.get(column), show_n=True) for column in columns), _delta(figures, first, plain)]
+            + [f"{figures['train_seconds']:.0f}" if "train_seconds" in figures else None] * seconds
+            for arm, figures in summary.items()]
+    return Table(header, rows).markdown()
 
 
-def _delta(figures: dict, column: str, plain: float | None) -> str:
+def _delta(figures: dict, column: str, plain: float | None) -> str | None:
     return f"{100 * (figures[column]['mean'] - plain):+.1f} pts" if plain is not None and figures.get(
-        column, {}).get("n") else "–"
+        column, {}).get("n") else None
 
 
 LACE_ARMS = ROLES["as_specified"] + ROLES["best"]

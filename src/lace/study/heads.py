@@ -25,7 +25,6 @@ from lace.encoders.towers import (
     TowersConfig,
     TowersDualEncoder,
     read_checkpoint,
-    save_heads_checkpoint,
 )
 from lace.experiment.variants import variant_config
 from lace.study.config import HeadsTraining
@@ -118,14 +117,8 @@ def fresh_heads(encoder: TowersDualEncoder, settings: HeadsTraining, seed: int) 
     return encoder
 
 
-def save_heads(encoder: TowersDualEncoder, path: str | Path) -> Path:
-    """The heads and logit scale as a `lace-towers` heads checkpoint."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return save_heads_checkpoint(encoder, path)
-
-
 def load_heads(encoder: TowersDualEncoder, path: str | Path) -> TowersDualEncoder:
-    """Put the heads of a checkpoint written by `save_heads` into `encoder` (towers untouched)."""
+    """Put the heads of a checkpoint written by `save_heads_checkpoint` into `encoder` (towers untouched)."""
     tensors, metadata = read_checkpoint(path)
     config = TowersConfig(**json.loads(metadata["towers_config"]))
     fresh_heads(encoder, HeadsTraining(hidden_dim=config.head_hidden_dim, dropout=config.head_dropout,

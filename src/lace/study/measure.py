@@ -27,7 +27,7 @@ from lace.study.features import (
     TextFeatureBank,
 )
 from lace.study.heads import embed_split
-from lace.study.phrase_swaps import phrase_swap_items
+from lace.study.phrase_swaps import draw_items, phrase_swap_items
 from lace.study.zeroshot import class_embeddings
 
 # SugarCrepe's file names for the rule kinds that have a counterpart there (it also has
@@ -41,24 +41,15 @@ SUGARCREPE_KINDS = {
 def sugarcrepe_style_items(
     rules: RuleNegatives, captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int, seed: int = 0,
 ) -> list[dict]:
-    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per SugarCrepe kind.
+    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per SugarCrepe kind (`draw_items`):
+    for every caption the kind applies to, one negative drawn by the rule editor (rng seeded by kind and row); at
+    most `per_kind` items per kind (seeded sample, caption order)."""
 
-    For every caption the kind applies to, one negative is drawn (rng seeded by kind
-    and row); at most `per_kind` items per kind are kept (seeded sample, caption order).
-    """
-    items = []
-    for name, kind in SUGARCREPE_KINDS.items():
-        found = []
-        for row, caption in enumerate(captions):
-            negative = rules.make(caption, kind, random.Random(f"{seed}-{name}-{row}"))
-            if negative is not None and negative != caption:
-                found.append({"kind": name, "image": int(caption_image_index[row]), "caption": caption,
-                              "caption_row": row, "negative_caption": negative})
-        if len(found) > per_kind:
-            keep = sorted(random.Random(f"{seed}-{name}").sample(range(len(found)), per_kind))
-            found = [found[i] for i in keep]
-        items.extend(found)
-    return items
+    def draw(name: str, caption: str, rng: random.Random) -> str | None:
+        negative = rules.make(caption, SUGARCREPE_KINDS[name], rng)
+        return negative if negative != caption else None
+
+    return draw_items(SUGARCREPE_KINDS, captions, caption_image_index, per_kind, str(seed), draw)
 
 
 def independent_swap_items(

@@ -32,7 +32,7 @@ Precision over recall.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,18 +207,21 @@ def _ends_clause(tokens: Sequence[str], end: int) -> bool:
 def related_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
     """Every (first, second, relation) of two noun phrases that the relation joins directly, the second ending
     cleanly (`starts_clause` tells whether the first also starts the caption or a clause)."""
-    pairs = []
-    for start in range(len(tokens)):
-        first = _noun_phrase(tokens, start)
-        if first is None:
-            continue
-        for relation in DIRECTED_RELATIONS | SYMMETRIC_RELATIONS:
-            if tuple(tokens[first.end:first.end + len(relation)]) != relation:
-                continue
-            second = _noun_phrase(tokens, first.end + len(relation))
-            if second is not None and _ends_cleanly(tokens, second.end):
-                pairs.append((first, second, relation))
+    pairs = _joined(tokens, noun_phrases(tokens), DIRECTED_RELATIONS | SYMMETRIC_RELATIONS, _noun_phrase)
     return sorted(pairs, key=lambda pair: (pair[0].start, pair[1].start, pair[2]))
+
+
+def _joined(tokens: Sequence[str], firsts: Sequence[NounPhrase], relations, second_phrase: Callable) -> list[tuple]:
+    """Every (first, second, relation): a phrase of `firsts`, one of `relations` right after it, then the phrase
+    `second_phrase(tokens, position)` reads right after that, ending cleanly; in the order of `firsts`."""
+    pairs = []
+    for first in firsts:
+        for relation in relations:
+            if tuple(tokens[first.end:first.end + len(relation)]) == relation:
+                second = second_phrase(tokens, first.end + len(relation))
+                if second is not None and _ends_cleanly(tokens, second.end):
+                    pairs.append((first, second, relation))
+    return pairs
 
 
 def _thing_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
@@ -237,20 +240,8 @@ def _thing_phrase(tokens: Sequence[str], start: int) -> NounPhrase | None:
 def place_pairs(tokens: Sequence[str]) -> list[tuple[NounPhrase, NounPhrase, tuple[str, ...]]]:
     """Every (subject, thing, relation) of a person or an animal that starts a clause, a verb of standing still
     (or none), `PLACES` and a thing's noun phrase that ends cleanly ("a man is standing behind a red car")."""
-    pairs = []
-    for start in range(len(tokens)):
-        first = _noun_phrase(tokens, start)
-        if first is None or not starts_clause(tokens, first):
-            continue
-        for still in STILL_VERBS:
-            for place in PLACES:
-                relation = still + place
-                if tuple(tokens[first.end:first.end + len(relation)]) != relation:
-                    continue
-                second = _thing_phrase(tokens, first.end + len(relation))
-                if second is not None and _ends_cleanly(tokens, second.end):
-                    pairs.append((first, second, relation))
-    return pairs
+    subjects = [phrase for phrase in noun_phrases(tokens) if starts_clause(tokens, phrase)]
+    return _joined(tokens, subjects, [still + place for still in STILL_VERBS for place in PLACES], _thing_phrase)
 
 
 def starts_clause(tokens: Sequence[str], phrase: NounPhrase) -> bool:
@@ -574,25 +565,35 @@ def phrase_swap(caption: str, kind: str, rng: random.Random) -> str | None:
 
 def phrase_swap_items(captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int, seed: int = 0,
                       exclude: Callable[[str, str], bool] | None = None) -> list[dict]:
-    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per kind of `KINDS`, drawn as
-    `lace.study.measure.sugarcrepe_style_items` draws the rule editor's: one rewrite per caption (rng seeded by
-    kind and row; rewrites for which `exclude(caption, rewrite)` holds are not drawn), at most `per_kind` per
-    kind (a seeded sample, kept in caption order)."""
+    """Items per kind of `KINDS` (`draw_items`, as `lace.study.measure.sugarcrepe_style_items` draws the rule
+    editor's): one rewrite per caption (rewrites for which `exclude(caption, rewrite)` holds are not drawn)."""
+
+    def draw(kind: str, caption: str, rng: random.Random) -> str | None:
+        rewrites = [text for text in phrase_swaps(caption, kind) if exclude is None or not exclude(caption, text)]
+        return rng.choice(rewrites) if rewrites else None
+
+    return draw_items(KINDS, captions, caption_image_index, per_kind, f"phrase-{seed}", draw)
+
+
+def draw_items(kinds: Iterable[str], captions: Sequence[str], caption_image_index: np.ndarray, per_kind: int,
+               seed: str, draw: Callable[[str, str, random.Random], str | None]) -> list[dict]:
+    """Items `{"kind", "image", "caption", "caption_row", "negative_caption"}` per kind: `draw(kind, caption, rng)`'s
+    negative of each caption (None: no item; rng seeded by `seed`, kind and row), at most `per_kind` per kind (a
+    seeded sample, kept in caption order)."""
     items = []
-    for kind in KINDS:
+    for kind in kinds:
         found = []
         for row, caption in enumerate(captions):
-            rewrites = [text for text in phrase_swaps(caption, kind) if exclude is None or not exclude(caption, text)]
-            if rewrites:
-                negative = random.Random(f"phrase-{seed}-{kind}-{row}").choice(rewrites)
+            negative = draw(kind, caption, random.Random(f"{seed}-{kind}-{row}"))
+            if negative is not None:
                 found.append({"kind": kind, "image": int(caption_image_index[row]), "caption": caption,
                               "caption_row": row, "negative_caption": negative})
         if len(found) > per_kind:
-            keep = sorted(random.Random(f"phrase-{seed}-{kind}").sample(range(len(found)), per_kind))
+            keep = sorted(random.Random(f"{seed}-{kind}").sample(range(len(found)), per_kind))
             found = [found[i] for i in keep]
         items.extend(found)
     return items
 
 
-__all__ = ["KINDS", "VERSION", "ColouredPhrase", "NounPhrase", "clause_pairs", "coloured_phrases", "noun_phrases",
-           "phrase_swap", "phrase_swap_items", "phrase_swaps", "place_pairs", "related_pairs"]
+__all__ = ["KINDS", "VERSION", "ColouredPhrase", "NounPhrase", "clause_pairs", "coloured_phrases", "draw_items",
+           "noun_phrases", "phrase_swap", "phrase_swap_items", "phrase_swaps", "place_pairs", "related_pairs"]

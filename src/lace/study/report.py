@@ -8,9 +8,10 @@ import numpy as np
 from PIL import Image
 
 from lace.experiment.claims import check, difference, figures_samples
+from lace.experiment.protocol import Run
 from lace.experiment.variants import ROLE_NAMES
 from lace.report import plots
-from lace.report.document import Report, Table, format_cell
+from lace.report.document import Report, Table, format_cell, mean_std
 from lace.report.experiment_tables import add_edit_grid, zeroshot_table
 
 RETRIEVAL = ("i2t/R@1", "i2t/R@5", "i2t/R@10", "t2i/R@1", "t2i/R@5", "t2i/R@10")
@@ -22,12 +23,6 @@ COMPOSITION = ("brittleness/rule/all", "brittleness/counterfactual/all", "sugarc
                "sugarcrepe_style/swap_obj", "sugarcrepe_style/mean")
 PHRASE_SWAPS = ("phrase_swaps/swap_att", "phrase_swaps/swap_obj")
 HUB_FIGURES = ("skewness", "robin_hood", "hub_occupancy", "antihub_rate", "largest_hub_share")
-
-
-def mean_std(entry: dict | None) -> str:
-    if not entry or entry.get("mean") is None:
-        return "—"
-    return f"{entry['mean']:.3f} ± {entry['std']:.3f}" if entry.get("n", 1) > 1 else f"{entry['mean']:.3f}"
 
 
 def seeds_note(seeds: int) -> str:
@@ -294,7 +289,7 @@ def zeroshot_by_model(results: dict) -> dict[str, dict]:
 
     models = {"base": zeroshot(results["base_figures"])}
     for variant, runs in results["finetunes"].items():
-        models.update({f"{variant} seed {seed}": zeroshot(run["figures"]) for seed, run in enumerate(runs)})
+        models.update({Run(variant, seed).label: zeroshot(run["figures"]) for seed, run in enumerate(runs)})
     return models
 
 

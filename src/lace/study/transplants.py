@@ -10,9 +10,8 @@ from lace.concepts.labelled import LabelledDictionary
 from lace.edits import EditConfig
 from lace.errors import LaceInputError
 from lace.eval.dictionary_diagnostics import transplant_editor, transplant_edits
-from lace.eval.edit_retrieval import edit_retrieval
+from lace.eval.edit_retrieval import caption_concepts, edit_retrieval
 from lace.eval.neighbours import topk_neighbours
-from lace.study.concept_atoms import mentions_per_image
 from lace.study.features import SplitFeatures
 
 
@@ -25,8 +24,8 @@ def transplant_retrieval(
     captions name the target (`*/target`) and that keep the source image's other concepts
     (`*/keep`: concepts named by at least 3 of its 5 captions), for the transplant and
     its two controls, with the number of edited images and the mean edit angle."""
-    named_any, names = mentions_per_image(test, rules, min_captions=1)  # (N_img, C)
-    named_often, _ = mentions_per_image(test, rules, min_captions=3)
+    named_any, names = caption_concepts(test.captions_per_image, rules, 1)  # (N_img, C)
+    named_often, _ = caption_concepts(test.captions_per_image, rules, 3)
     column = {name: i for i, name in enumerate(names)}
     rows = []
     for source, target in pairs:
