@@ -3,8 +3,9 @@ in two processes; a worker SIGKILLed under `torchrun --max-restarts 1 --resume a
 resumed run ends on the uninterrupted run's weights, losses and sample count, bit for bit.
 
 The run is the LACE run of `test_kill_resume` (counterfactual edits, rule-made captions, a dictionary
-refresh every 2 steps, gradient accumulation), 4 steps of 2 micro-batches: a stop before the refresh and one
-after it both leave a refresh for the resumed run.
+refresh every 2 steps, gradient accumulation), 4 steps of 2 micro-batches: a run stopped at step 1 must resume
+with the refresh pool it had saved, one stopped at step 2 or 3 with the refreshed dictionary (the seeded stops
+cover both).
 
 Where the launcher is what is tested (it passes a SIGTERM on to its workers; it restarts a job whose worker
 died), the two processes are a `torch.distributed.run` job. Elsewhere they are forked from the tests' fork
