@@ -10,6 +10,7 @@ from lace.embeddings import EmbeddingStore, extract_embeddings
 from lace.encoders import load_encoder
 from lace.errors import LaceInputError
 from lace.manifest import verification
+from tests.distributed_support import in_two_processes
 
 
 def test_extraction_round_trip_is_memory_mapped_and_matches_direct_encoding(tiny_coco, tmp_path):
@@ -63,27 +64,23 @@ def test_cli_help_lists_commands(capsys):
     assert "embed" in capsys.readouterr().out
 
 
+def _seeded_main(argv: list[str]) -> None:
+    """`lace <argv>` with the random init seeded as in the one-process run."""
+    torch.manual_seed(0)
+    assert main(argv) == 0
+
+
 @pytest.mark.slow
-def test_two_rank_torchrun_shards_and_merges(tiny_coco, tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from tests.distributed_support import free_port
-
+def test_two_ranks_shard_and_merge(tiny_coco, tmp_path):
+    """Two processes of a job (forked from the tests' fork server, in the environment torchrun gives its
+    workers) each embed a shard; rank 0 merges them into the store one process writes."""
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     common = ["--model", "lace-micro-32", "--pretrained", "none", "--data", str(tiny_coco), "--no-progress",
               "--device", "cpu"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
-    # Same seed in both runs: open_clip's random init is seeded here and in each rank's script.
+    # Same seed in both runs: open_clip's random init is seeded here and in each rank.
     torch.manual_seed(0)
-    assert main(["embed", *common, "--out", str(single)]) == 0  # in this process: one interpreter less to start
-    seed = "import torch,sys; torch.manual_seed(0); from lace.cli import main; sys.exit(main(sys.argv[1:]))"
-    script = tmp_path / "seeded_lace.py"
-    script.write_text(seed.replace("; ", "\n") + "\n")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-                    str(script), "embed", *common, "--out", str(sharded)], check=True, env=env,
-                   capture_output=True)
+    assert main(["embed", *common, "--out", str(single)]) == 0
+    in_two_processes(_seeded_main, ["embed", *common, "--out", str(sharded)])
     a, b = EmbeddingStore.open(single), EmbeddingStore.open(sharded)
     np.testing.assert_allclose(a.image_embeddings, b.image_embeddings, atol=1e-5)
     np.testing.assert_allclose(a.text_embeddings, b.text_embeddings, atol=1e-5)

@@ -19,7 +19,6 @@ from lace.losses import pair_loss
 from lace.train import TrainConfig, train
 from lace.train.config import train_config
 from lace.train.pairs import EditedImages, describe_slots, pair_rows, record_changes
-from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
 VOCABULARY = {"objects": ["cube", "ball", "cone"], "attributes": {"colour": ["red", "blue", "green"]},
@@ -32,8 +31,9 @@ def rules():
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return tiny_world(tmp_path_factory.mktemp("pairs") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+def world(shapes_world):
+    """The session's 48-scene shapes world (tests/conftest.py), shared with the other files that train on it."""
+    return shapes_world
 
 
 def test_the_caption_of_a_swap_exchanges_both_words_and_of_a_transplant_replaces_one(rules):

@@ -1,4 +1,4 @@
-"""Two processes started by torchrun train, with the sigmoid loss and counterfactual negatives, the weights
+"""Two processes of a data-parallel job train, with the sigmoid loss and counterfactual negatives, the weights
 (logit bias included) one process trains on the same global batch.
 
 As in tests/robustness/test_distributed_exact.py: plain SGD without clipping, so that a gradient of the wrong
@@ -6,23 +6,17 @@ scale shows in the weights (AdamW would divide it out), and a doubled gradient i
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import lace.train.loop
-from lace.config import config_to_dict, with_changes
+from lace.config import with_changes
 from lace.encoders import load_encoder
 from lace.train import TrainConfig, train
-from lace.train.checkpoints import latest_checkpoint
 from lace.train.config import train_config
 from tests.conftest import make_images
-from tests.distributed_support import TOLERANCE, free_port
-from tests.robustness.distributed_runs import plain_sgd
-from tests.robustness.faults import ROOT, subprocess_env
+from tests.distributed_support import TOLERANCE, plain_sgd, train_in_two_processes
 from tests.test_train_sigmoid import COLOURS, WORLD_VOCABULARY, dictionary_of
 
 MODEL = "lace-micro-sigmoid-32"
@@ -40,7 +34,7 @@ def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
 
 
 @pytest.mark.slow
-def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(tmp_path, monkeypatch):
+def test_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(tmp_path, monkeypatch):
     names = make_images(tmp_path / "images", 16)
     (tmp_path / "pairs.csv").write_text("filepath,caption\n" + "".join(
         f"images/{n},a {COLOURS[i % 4]} square left of a {'circle' if i % 2 else 'star'}\n" for i, n in enumerate(names)))
@@ -51,16 +45,7 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
                          seed=3, counterfactual_captions=True, counterfactual_images=True, dictionary=dictionary,
                          vocabulary=WORLD_VOCABULARY, caption_negatives=True, grad_accumulation=2,
                          counterfactual_weight=0.5)
-    plan = tmp_path / "configs.json"
-    # and the softmax loss on the same model: its unused bias is frozen, or data-parallel training would wait for
-    # a gradient that never comes
-    softmax = with_changes(config, {"loss": "clip", "output": str(tmp_path / "softmax-two")})
-    plan.write_text(json.dumps([config_to_dict(config), config_to_dict(softmax)]))
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-                           "127.0.0.1", "--master_port", str(free_port()), str(ROOT / "tests/robustness/distributed_runs.py"),
-                           str(plan)], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    two = load_file(str(latest_checkpoint(tmp_path / "two").with_suffix(".safetensors")))
+    two = train_in_two_processes(config, tmp_path / "two", build_optimizer=plain_sgd)
     one = one_process(config, monkeypatch, output=str(tmp_path / "one"))
     difference = largest_difference(two, one)
     print(f"largest difference between 2 processes and 1: {difference:.2e}")
@@ -71,7 +56,10 @@ def test_torchrun_two_processes_match_one_with_the_sigmoid_loss_and_lace_edits(t
     metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert all(m["caption_negatives_valid_rows"] > 0 and m["image_negatives_valid_rows"] > 0 for m in metrics)
     assert abs(float(two["model.logit_bias"]) + 10.0) > 100 * TOLERANCE  # the bias trained, and agrees
-    softmax_two = load_file(str(latest_checkpoint(tmp_path / "softmax-two").with_suffix(".safetensors")))
+    # and the softmax loss on the same model: its unused bias is frozen, or data-parallel training would wait for
+    # a gradient that never comes
+    softmax = with_changes(config, {"loss": "clip", "output": str(tmp_path / "softmax-two")})
+    softmax_two = train_in_two_processes(softmax, tmp_path / "softmax-two", build_optimizer=plain_sgd)
     softmax_one = one_process(softmax, monkeypatch, output=str(tmp_path / "softmax-one"))
     assert largest_difference(softmax_two, softmax_one) <= TOLERANCE
     assert float(softmax_two["model.logit_bias"]) == -10.0

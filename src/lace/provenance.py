@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 from torch import Tensor
 
 PREFERENCES = ("real_image_prefers_its_caption", "edited_image_prefers_edited_caption",
@@ -60,6 +59,9 @@ def rank_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     positives, negatives = int(labels.sum()), int((~labels).sum())
     if not positives or not negatives:
         raise ValueError("labels: expected both classes")
+    # imported here, not above: scipy.stats costs every `lace train` about a second of start-up
+    from scipy.stats import rankdata
+
     ranks = rankdata(scores)  # 1-based, the mean rank over each run of tied scores
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 

@@ -1,5 +1,5 @@
-"""One process of a faulted `lace` run, started by `torch.distributed.run` (or directly, with RANK and
-WORLD_SIZE set): runs `lace.cli.main(ARGS)` with a tripwire on `Trainer._micro_step`.
+"""One process of a faulted `lace` run, started by `torch.distributed.run` (or forked by `run_as_rank`, with
+the environment torchrun would give it): runs `lace.cli.main(ARGS)` with a tripwire on `Trainer._micro_step`.
 
 Usage: fault_worker.py RECORD_DIR FAULT ARGS...
 
@@ -21,6 +21,7 @@ import torch
 
 import lace.train.loop
 from lace.cli import main
+from tests.distributed_support import become_rank
 
 
 def install(fault: str, rank: int, seen: dict) -> None:
@@ -59,6 +60,17 @@ def run(record_dir: str, fault: str, argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def run_as_rank(rank: int, world_size: int, port: int, record_dir: str, fault: str, argv: list[str],
+                logs: str) -> None:
+    """`run` as process `rank` of `world_size` (in the environment torchrun gives a worker), its stdout and stderr
+    written to `<logs>.out` and `<logs>.err`: the target of a process forked from the tests' fork server
+    (`tests.distributed_support.forkserver`)."""
+    become_rank(rank, world_size, port)
+    for descriptor, suffix in ((1, ".out"), (2, ".err")):
+        os.dup2(os.open(logs + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), descriptor)
+    run(record_dir, fault, argv)
 
 
 if __name__ == "__main__":

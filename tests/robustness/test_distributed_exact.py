@@ -1,28 +1,24 @@
-"""Two processes started by torchrun train the weights one process trains on the same global batch.
+"""Two processes of a data-parallel job train the weights one process trains on the same global batch.
 
 Plain SGD without clipping keeps every error of the gradient's scale in the weights (AdamW divides it
 out, clipping caps it); LACE's counterfactual edits are drawn per sample, and the dictionary refresh
-pools the global batch, so the edits and the refit are those of one process.
+pools the global batch, so the edits and the refit are those of one process. The two processes are forked
+from the tests' fork server in the environment torchrun gives its workers (tests/robustness/test_preemption.py
+runs lace under torchrun itself).
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import lace.train.loop
-from lace.config import config_to_dict, with_changes
+from lace.config import with_changes
 from lace.train import TrainConfig, train
-from lace.train.checkpoints import latest_checkpoint
 from lace.train.config import train_config
 from tests.conftest import make_images
-from tests.distributed_support import TOLERANCE, free_port
-from tests.robustness.distributed_runs import plain_sgd
-from tests.robustness.faults import ROOT, subprocess_env
+from tests.distributed_support import TOLERANCE, plain_sgd, train_in_two_processes
 from tests.test_train import COLOURS, WORLD_VOCABULARY, vocabulary_dictionary
 
 
@@ -58,16 +54,10 @@ def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
 
 
 @pytest.mark.slow
-def test_torchrun_two_processes_match_one_with_plain_sgd_and_lace_edits(configs, tmp_path, monkeypatch):
-    plan = tmp_path / "configs.json"
-    plan.write_text(json.dumps([config_to_dict(config) for config in configs.values()]))
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-                           "127.0.0.1", "--master_port", str(free_port()), str(ROOT / "tests/robustness/distributed_runs.py"),
-                           str(plan)], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_two_processes_match_one_with_plain_sgd_and_lace_edits(configs, tmp_path, monkeypatch):
     ones = {}
     for name, config in configs.items():
-        two = load_file(str(latest_checkpoint(Path(config.run.output)).with_suffix(".safetensors")))
+        two = train_in_two_processes(config, Path(config.run.output), build_optimizer=plain_sgd)
         one = ones[name] = one_process(config, monkeypatch)
         difference = largest_difference(two, one)
         print(f"{name}: largest difference between 2 processes and 1: {difference:.2e}")

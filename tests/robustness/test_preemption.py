@@ -1,10 +1,16 @@
 """Cluster faults of `lace train`: a preemption notice (SIGTERM, SIGUSR1) at a seeded step, in one process and
-in a two-process `torch.distributed.run` job; a worker SIGKILLed under `--max-restarts 1 --resume auto`; a
-worker that hangs. Each resumed run ends on the uninterrupted run's weights, losses and sample count, bit
-for bit.
+in two processes; a worker SIGKILLed under `torchrun --max-restarts 1 --resume auto`; a worker that hangs. Each
+resumed run ends on the uninterrupted run's weights, losses and sample count, bit for bit.
 
 The run is the LACE run of `test_kill_resume` (counterfactual edits, rule-made captions, a dictionary
-refresh, gradient accumulation), 6 steps of 2 micro-batches.
+refresh every 2 steps, gradient accumulation), 4 steps of 2 micro-batches: a run stopped at step 1 must resume
+with the refresh pool it had saved, one stopped at step 2 or 3 with the refreshed dictionary (the seeded stops
+cover both).
+
+Where the launcher is what is tested (it passes a SIGTERM on to its workers; it restarts a job whose worker
+died), the two processes are a `torch.distributed.run` job. Elsewhere they are forked from the tests' fork
+server with the environment torchrun gives its workers (what lace reads), which spares each run two fresh
+interpreters' imports.
 """
 
 import json
@@ -23,12 +29,13 @@ from lace.cli import main
 from lace.train.checkpoints import complete_checkpoints, latest_checkpoint
 from lace.train.interrupt import PREEMPTED_EXIT
 from lace.train.lost_rank import LOST_PROCESS_EXIT
-from tests.distributed_support import free_port
+from tests.distributed_support import forkserver, free_port
+from tests.robustness.fault_worker import run_as_rank
 from tests.robustness.faults import ROOT, KillPoint, lace_run_folder, run_killed, subprocess_env
 from tests.test_train import WORLD_VOCABULARY
 
 SEED = 27
-STEPS, ACCUMULATION = 6, 2
+STEPS, ACCUMULATION = 4, 2
 WORKER = str(ROOT / "tests" / "robustness" / "fault_worker.py")
 
 
@@ -41,8 +48,17 @@ def lace_run(tmp_path_factory) -> tuple[Path, list[str]]:
              "--log-every", "1", "--checkpoint-every", "0", "--device", "cpu", "--seed", "3", "--no-progress",
              "--counterfactual-captions", "--counterfactual-images", "--dictionary", str(folder / "dictionary"),
              "--vocabulary", WORLD_VOCABULARY, "--caption-negatives", "--refresh-dictionary-every", "2",
-             "--refresh-pool-size", "40", "--dist-timeout", "8"]
+             "--refresh-pool-size", "40", "--dist-timeout", "60"]
     return folder, flags
+
+
+@pytest.fixture(scope="module")
+def one_process_reference(lace_run) -> Path:
+    """The uninterrupted run, in this process."""
+    folder, flags = lace_run
+    reference = folder / "whole-one"
+    assert main([*flags, "--out", str(reference)]) == 0
+    return reference
 
 
 def metrics(run: Path) -> list[dict]:
@@ -67,9 +83,10 @@ def printed_resume(stderr: str) -> list[str]:
     return shlex.split(lines[lines.index("resume with:") + 1])
 
 
-def seeded_call(rng: random.Random) -> tuple[int, int]:
-    """A micro-batch before the last step, and the step it belongs to (where the run must stop)."""
-    call = rng.randint(2, (STEPS - 1) * ACCUMULATION)
+def seeded_call(rng: random.Random, first_step: int = 1, last_step: int = STEPS - 1) -> tuple[int, int]:
+    """A micro-batch of steps `first_step`..`last_step` (by default any before the last step, not the run's
+    first micro-batch), and the step it belongs to (where the run must stop)."""
+    call = rng.randint(max(2, (first_step - 1) * ACCUMULATION + 1), last_step * ACCUMULATION)
     return call, (call + ACCUMULATION - 1) // ACCUMULATION
 
 
@@ -78,11 +95,9 @@ def seeded_call(rng: random.Random) -> tuple[int, int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
-def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run, tmp_path, capfd, signum):
-    folder, flags = lace_run
-    reference = folder / "whole-one"
-    if not reference.is_dir():
-        assert main([*flags, "--out", str(reference)]) == 0
+def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run, one_process_reference, tmp_path,
+                                                                       capfd, signum):
+    _, flags = lace_run
     call, step = seeded_call(random.Random(SEED + signum))
     run = tmp_path / "run"
     capfd.readouterr()
@@ -95,14 +110,14 @@ def test_preemption_signal_saves_the_step_and_the_resumed_run_is_exact(lace_run,
     command = printed_resume(stderr)
     assert command[0] == "lace" and command[-2:] == ["--resume", "latest"]
     assert main(command[1:]) == 0
-    assert_same_run(run, reference)
+    assert_same_run(run, one_process_reference)
 
 
 @pytest.mark.slow
-def test_resume_auto_starts_afresh_then_resumes(lace_run, tmp_path):
+def test_resume_auto_starts_afresh_then_resumes(lace_run, one_process_reference, tmp_path):
     """`--resume auto`: no checkpoint yet, a fresh start (also over a run killed before its first one);
     with one, the run carries on from it."""
-    folder, flags = lace_run
+    _, flags = lace_run
     run = tmp_path / "auto"
     run.mkdir()
     (run / "config.json").write_text("{}")  # left by a run killed before its first checkpoint
@@ -113,10 +128,7 @@ def test_resume_auto_starts_afresh_then_resumes(lace_run, tmp_path):
     assert code == PREEMPTED_EXIT
     assert latest_checkpoint(run).stem == f"step_{step:07d}"
     assert main([*flags, "--out", str(run), "--resume", "auto"]) == 0
-    reference = folder / "whole-one"
-    if not reference.is_dir():
-        assert main([*flags, "--out", str(reference)]) == 0
-    assert_same_run(run, reference)
+    assert_same_run(run, one_process_reference)
 
 
 # ---- two processes ----------------------------------------------------------------------------------------
@@ -134,6 +146,34 @@ def torchrun(argv: list[str], records: Path, fault: str = "none", restarts: int 
                           check=False)
 
 
+def start_two_processes(argv: list[str], records: Path, fault: str = "none") -> list:
+    """`lace <argv>` through `fault_worker.run_as_rank` in two processes forked from the tests' fork server, as
+    ranks 0 and 1 of a job; each writes its stdout and stderr to `records/rank<r>.out` and `.err`."""
+    records.mkdir(parents=True, exist_ok=True)
+    context, port = forkserver(), free_port()
+    processes = [context.Process(target=run_as_rank, args=(rank, 2, port, str(records), fault, argv,
+                                                           str(records / f"rank{rank}")))
+                 for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    return processes
+
+
+def two_processes(argv: list[str], records: Path, fault: str = "none", timeout: float = 300) -> tuple[list[int], str]:
+    """`start_two_processes`, waited for: the exit codes of ranks 0 and 1, and rank 0's stderr."""
+    processes = start_two_processes(argv, records, fault)
+    try:
+        for process in processes:
+            process.join(timeout)
+            assert process.exitcode is not None, f"lace {argv[0]} still running after {timeout} s"
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
+    return [process.exitcode for process in processes], (records / "rank0.err").read_text()
+
+
 def records_of(records: Path) -> list[dict]:
     return [json.loads((records / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -142,8 +182,8 @@ def records_of(records: Path) -> list[dict]:
 def two_process_reference(lace_run) -> Path:
     folder, flags = lace_run
     reference = folder / "whole-two"
-    done = torchrun([*flags, "--out", str(reference)], folder / "records-whole")
-    assert done.returncode == 0, done.stderr[-3000:]
+    codes, stderr = two_processes([*flags, "--out", str(reference)], folder / "records-whole")
+    assert codes == [0, 0], stderr[-3000:]
     return reference
 
 
@@ -151,69 +191,74 @@ def two_process_reference(lace_run) -> Path:
 @pytest.mark.parametrize("action", ["parent-SIGTERM", "SIGUSR1"])
 def test_two_processes_stop_at_one_step_on_a_preemption_signal_and_resume_exactly(lace_run, two_process_reference,
                                                                                  tmp_path, action):
-    """SIGTERM to the launcher (it passes it on to both workers), or SIGUSR1 to one worker only: both stop
-    at the same step, rank 0 writes the one checkpoint, both exit with status 75."""
+    """SIGTERM to torchrun's launcher (it passes it on to both workers), or SIGUSR1 to one process only: both
+    stop at the same step, rank 0 writes the one checkpoint, both exit with status 75; the printed torchrun
+    command resumes the run exactly."""
     _, flags = lace_run
-    rng = random.Random(SEED + len(action))
-    call, step = seeded_call(rng)
+    # the launcher passes the signal on while the workers train: drawn two steps before the end, not one
+    call, step = seeded_call(random.Random(SEED + len(action)),
+                             last_step=STEPS - 2 if action == "parent-SIGTERM" else STEPS - 1)
     rank = 1 if action == "SIGUSR1" else 0
-    run = tmp_path / "run"
-    done = torchrun([*flags, "--out", str(run)], tmp_path / "records", f"{rank}:{call}:{action}")
+    run, fault = tmp_path / "run", f"{rank}:{call}:{action}"
+    if action == "parent-SIGTERM":
+        stderr = torchrun([*flags, "--out", str(run)], tmp_path / "records", fault).stderr
+    else:
+        _, stderr = two_processes([*flags, "--out", str(run)], tmp_path / "records", fault)
     stopped = records_of(tmp_path / "records")
-    assert [r["code"] for r in stopped] == [PREEMPTED_EXIT, PREEMPTED_EXIT], done.stderr[-3000:]
+    assert [r["code"] for r in stopped] == [PREEMPTED_EXIT, PREEMPTED_EXIT], stderr[-3000:]
     assert stopped[0]["step"] == stopped[1]["step"], "the processes stopped at different steps"
     if action == "SIGUSR1":  # one process was signalled; the other learnt of it at the step's end
         assert stopped[0]["step"] == step
     assert [m.stem for m in complete_checkpoints(run)] == [f"step_{stopped[0]['step']:07d}"]
-    command = printed_resume(done.stderr)
+    command = printed_resume(stderr)
     assert command[:5] == ["torchrun", "--nproc_per_node", "2", "-m", "lace"]
     assert command[-2:] == ["--resume", "latest"]
-    resumed = torchrun(command[5:], tmp_path / "records-resumed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    codes, resumed = two_processes(command[5:], tmp_path / "records-resumed")
+    assert codes == [0, 0], resumed[-3000:]
     assert_same_run(run, two_process_reference)
 
 
 @pytest.mark.slow
 def test_a_worker_killed_under_max_restarts_and_resume_auto_finishes_exactly(lace_run, two_process_reference,
                                                                           tmp_path):
+    """torchrun restarts the job whose worker was SIGKILLed after the first periodic checkpoint; `--resume auto`
+    carries on from it."""
     _, flags = lace_run
-    call, _ = seeded_call(random.Random(SEED + 9))
+    call, _ = seeded_call(random.Random(SEED + 9), first_step=3)  # after the checkpoint of step 2
+    # a short collective timeout: the surviving worker ends soon after its peer's death (the launcher restarts
+    # the job once both are gone)
     periodic = [*flags[: flags.index("--checkpoint-every")], "--checkpoint-every", "2",
-                *flags[flags.index("--checkpoint-every") + 2:]]
+                *flags[flags.index("--checkpoint-every") + 2: flags.index("--dist-timeout")], "--dist-timeout", "8"]
     run = tmp_path / "run"
     done = torchrun([*periodic, "--out", str(run), "--resume", "auto"], tmp_path / "records",
                     f"1:{call}:SIGKILL", restarts=1)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["attempt"] for r in records_of(tmp_path / "records")] == [1, 1], "the job was not restarted"
+    assert "; resumed from step 2" in done.stdout + done.stderr, "the restarted job did not resume from step 2"
     assert_same_run(run, two_process_reference)
 
 
 @pytest.mark.slow
 def test_a_hung_worker_ends_the_other_within_the_timeout_naming_it(lace_run, tmp_path):
     _, flags = lace_run
-    port, timeout = free_port(), 4
+    timeout = 4
     run, records = tmp_path / "run", tmp_path / "records"
-    records.mkdir()
     argv = [*flags[: flags.index("--dist-timeout")], "--dist-timeout", str(timeout), "--out", str(run)]
-    workers = []
-    for rank in (0, 1):
-        env = {**subprocess_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
-        workers.append(subprocess.Popen([sys.executable, WORKER, str(records), "1:5:hang", *argv], cwd=ROOT, env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    workers = start_two_processes(argv, records, "1:5:hang")
     try:
-        _, stderr = workers[0].communicate(timeout=240)  # bounded: the timeout plus start-up on a busy machine
-        assert workers[1].poll() is None, "the hung worker was expected to still hang"
+        workers[0].join(240)  # bounded: the timeout plus start-up on a busy machine
+        assert workers[0].exitcode is not None, "rank 0 did not end"
+        assert workers[1].is_alive(), "the hung worker was expected to still hang"
     finally:
         for worker in workers:
-            if worker.poll() is None:
+            if worker.is_alive():
                 worker.kill()
-                worker.wait()
-    assert workers[0].returncode == LOST_PROCESS_EXIT, stderr[-3000:]
+                worker.join()
+    stderr = (records / "rank0.err").read_text()
+    assert workers[0].exitcode == LOST_PROCESS_EXIT, stderr[-3000:]
     assert "lace train: error: rank 1 of 2 died or stopped answering at step 3" in stderr, stderr[-3000:]
     assert f"collectives wait {timeout} s, --dist-timeout" in stderr
     assert latest_checkpoint(run) is None  # nothing half-written is left as latest (no checkpoint was due)
-
 
 
 def test_a_repeated_signal_is_the_same_request_and_a_later_ctrl_c_stops_at_once(monkeypatch):

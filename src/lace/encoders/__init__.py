@@ -1,6 +1,8 @@
-"""Dual encoders: one interface (`DualEncoder`), adapters for open_clip, Hugging Face and `lace-towers`."""
+"""Dual encoders: one interface (`DualEncoder`), adapters for open_clip, Hugging Face and `lace-towers`.
 
-from lace.encoders import towers as _towers  # noqa: F401  registers `lace-towers`
+Importing this package imports none of the adapters: `load_encoder` imports the one a model name needs.
+"""
+
 from lace.encoders.base import DualEncoder
 from lace.encoders.registry import load_encoder, register_encoder
 

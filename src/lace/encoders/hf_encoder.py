@@ -8,11 +8,9 @@ import torch
 from torchvision import transforms
 
 from lace.encoders.base import DualEncoder
+from lace.encoders.names import HF_PREFIX, HF_SIGLIP_PREFIX
 from lace.errors import LaceInputError
 from lace.progress import dependency_bars, shows_bars
-
-HF_PREFIX = "hf-clip:"
-HF_SIGLIP_PREFIX = "hf-siglip:"
 
 
 def _features(output) -> torch.Tensor:

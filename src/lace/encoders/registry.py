@@ -5,17 +5,20 @@ Names are resolved by prefix, in order: `hf-clip:` (transformers CLIPModel), `hf
 registered with `register_encoder` (for example `lace-towers`), then open_clip. What `pretrained`
 names (a run, a training checkpoint, an export, a Hugging Face folder, a tag) is decided from the file
 by `lace.encoders.weights.resolve_pretrained`.
+
+Each family's module is imported when a model of it is first asked for, not with this one: a run of an
+open_clip model does not import the towers, and a Hugging Face or towers model does not import open_clip.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import torch
 
 from lace.encoders.base import DualEncoder
-from lace.encoders.hf_encoder import HF_PREFIX, HF_SIGLIP_PREFIX, load_hf_clip, load_hf_siglip
-from lace.encoders.open_clip_encoder import load_open_clip, quick_gelu_for
+from lace.encoders.names import HF_PREFIX, HF_SIGLIP_PREFIX
 from lace.encoders.weights import TRAINED, Weights, resolve_pretrained
 from lace.errors import LaceInputError
 from lace.io import read_safetensors
@@ -23,6 +26,8 @@ from lace.manifest import sha256_file, verification_enabled
 
 EncoderFactory = Callable[..., DualEncoder]
 _FACTORIES: dict[str, EncoderFactory] = {}
+BUILT_IN_NAMES = {"lace-towers": "lace.encoders.towers"}
+"""Names lace registers itself -> the module whose import registers the name (imported on first use)."""
 HF_PREFIXES = {"clip": HF_PREFIX, "siglip": HF_SIGLIP_PREFIX}
 """A Hugging Face folder's `model_type` -> the model prefix that loads it."""
 
@@ -49,15 +54,30 @@ def load_encoder(
     """
     weights = resolve_pretrained(pretrained)
     model = _model_for(model, weights)
-    if weights.kind in TRAINED and model not in _FACTORIES:
+    factory = _registered(model)
+    if weights.kind in TRAINED and factory is None:
         return _with_trained_weights(model, weights, device)
-    if model.startswith(HF_PREFIX):
-        return load_hf_clip(model, device=device)
-    if model.startswith(HF_SIGLIP_PREFIX):
-        return load_hf_siglip(model, device=device)
-    if model in _FACTORIES:
-        return _FACTORIES[model](pretrained=weights.open_clip_value, device=device)
+    if model.startswith((HF_PREFIX, HF_SIGLIP_PREFIX)):
+        return _hf_loader(model)(model, device=device)
+    if factory is not None:
+        return factory(pretrained=weights.open_clip_value, device=device)
+    from lace.encoders.open_clip_encoder import load_open_clip
+
     return load_open_clip(model, pretrained=weights.open_clip_value, device=device)
+
+
+def _registered(model: str) -> EncoderFactory | None:
+    """The factory registered under `model` (a built-in name's module imported first), or None."""
+    if model not in _FACTORIES and model in BUILT_IN_NAMES:
+        importlib.import_module(BUILT_IN_NAMES[model])
+    return _FACTORIES.get(model)
+
+
+def _hf_loader(model: str) -> EncoderFactory:
+    """The loader of a `hf-clip:` or `hf-siglip:` model name."""
+    from lace.encoders.hf_encoder import load_hf_clip, load_hf_siglip
+
+    return load_hf_siglip if model.startswith(HF_SIGLIP_PREFIX) else load_hf_clip
 
 
 def _model_for(model: str, weights: Weights) -> str:
@@ -83,6 +103,8 @@ def _with_trained_weights(model: str, weights: Weights, device: str | torch.devi
     if model.startswith((HF_PREFIX, HF_SIGLIP_PREFIX)):
         encoder = load_encoder(model, None, device="cpu")
     else:
+        from lace.encoders.open_clip_encoder import load_open_clip, quick_gelu_for
+
         encoder = load_open_clip(model, None, device="cpu", quick_gelu=quick_gelu_for(model, weights.origin))
     if weights.sha256 is not None and verification_enabled() and sha256_file(weights.path) != weights.sha256:
         raise LaceInputError(f"{weights.path}: checkpoint is damaged (its SHA-256 does not match its manifest)")
