@@ -335,7 +335,7 @@ def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:
 
 
 @pytest.mark.slow
-def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_path):
+def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_path, wise_ft_at_two_alphas):
     out, softmax = demo
     reuse_run(out, tmp_path / "sigmoid")
     config = replace(TINY, loss="sigmoid", softmax_run=str(out), only_variants=("plain", "LACE"))
