@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
     first_seen = {path: rank for rank, path in enumerate(dict.fromkeys(item.path for item in items))}
     items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_fsync_in_this_process():
+    """`os.fsync` does nothing in the test process (and the stage workers it forks).
+
+    `lace.io.atomic_path` flushes every file to the disk before its rename, which guards against a power cut, not a
+    killed process; no test can see the flush, and on a shared disk each one waits about 10 ms (half a thousand per
+    demo run). What the tests check stays as it was: the temporary file, its rename, and the `os.fsync` call itself
+    (a test that makes the flush fail patches it over this one). Subprocesses (`lace train`, torchrun) keep it.
+    """
+    patch = pytest.MonkeyPatch()
+    patch.setattr(os, "fsync", lambda fd: None)
+    yield
+    patch.undo()
+
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 180, 30), "blue": (30, 30, 220), "yellow": (230, 220, 40)}
 
@@ -86,8 +104,17 @@ def randomise_batch_norms(model: torch.nn.Module) -> None:
 @pytest.fixture(scope="session")
 def shapes_world(tmp_path_factory) -> Path:
     """A shapes world of 48 scenes (train, val, test and test_comp at 0.7, 0.1, 0.1, 0.1), made once per test
-    process and shared by the files that train on it; tests read it and write nothing into it."""
-    return tiny_world(tmp_path_factory.mktemp("shapes") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+    process and shared by the files that train on it; tests read it and write nothing into it (checked at the end)."""
+    world = tiny_world(tmp_path_factory.mktemp("shapes") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+    made = _files(world)
+    yield world
+    assert _files(world) == made, "a test wrote into the shared shapes world"
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Relative path -> (size, modification time in ns) of every file under `folder`."""
+    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 @pytest.fixture(scope="session")
@@ -131,3 +158,16 @@ def map_editor():
     from tests.towers_support import CUT_CHANNELS, CUT_GRID
 
     return fit_coloured_editor(channels=CUT_CHANNELS, grid=CUT_GRID, n_images=120)
+
+
+@pytest.fixture
+def wise_ft_at_two_alphas(monkeypatch):
+    """The demo's WiSE-FT stage mixes at alphas 0 and 1 only (its stage key says so), for a demo test that checks
+    another stage than the trade-off curve: each alpha is one more model scored. test_demo's report test checks the
+    default five on the demo it shares."""
+    from lace.demo import pipeline
+    from lace.experiment.wise_ft import wise_ft_stage
+
+    alphas = (0.0, 1.0)
+    monkeypatch.setattr(pipeline, "WISE_FT_ALPHAS", alphas)
+    monkeypatch.setattr(pipeline, "wise_ft_stage", partial(wise_ft_stage, alphas=alphas))

@@ -19,10 +19,10 @@ from lace.experiment.variants import CHOSEN_BEST, with_caption_negatives
 BEST_WITH_CAPTIONS = with_caption_negatives(CHOSEN_BEST)
 DEFAULT_ARMS = ("plain", "caption negatives", "LACE", CHOSEN_BEST, BEST_WITH_CAPTIONS)
 # One thread, every stage in this process (the stages side by side in worker processes are
-# test_demo_parallel's); the local editors fitted on 120 images, as in test_demo_local_editor.
+# test_demo_parallel's); the local editors fitted on 60 images, as in test_demo_local_editor (they still edit: checked).
 TINY = DemoConfig(world_images=240, base_steps=6, batch_size=16, threads=1,
                   dictionary=replace(DEMO_DICTIONARY, atoms=16, sparsity=3),
-                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2, "local": {"fit_images": 120}}),
+                  finetune=with_changes(DEMO_FINETUNE, {"steps": 3, "n_edits": 2, "local": {"fit_images": 60}}),
                   progress=False)
 
 
@@ -72,6 +72,10 @@ def test_report_has_every_table_and_plot(demo):
     for record in summary["runs"].values():
         assert (out / "models" / f"finetune-{record['folder']}.pt").is_file()
         assert (out / "runs" / record["folder"] / "metrics.jsonl").is_file()
+    # the local arms trained with edits from the one editor they share
+    for arm in (CHOSEN_BEST, BEST_WITH_CAPTIONS):
+        stage = json.loads((out / "stages" / f"{Run(arm, 0).stage('finetune')}.json").read_text())
+        assert stage["result"]["last_metrics"]["image_negatives_valid_rows"] > 0, arm
     # every stage's CPU time beside its wall time, and how busy the machine was
     assert set(summary["cpu_seconds"]) == set(summary["wall_seconds"])
     assert all(seconds > 0 for seconds in summary["cpu_seconds"].values())
@@ -274,7 +278,7 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
     for arm in arms:
         metrics = json.loads(
             (tmp_path / "arms" / "stages" / f"{Run(arm, 0).stage('finetune')}.json").read_text())["result"]["last_metrics"]
-        assert metrics["loss"] > 0
+        assert metrics["loss"] > 0 and metrics["image_negatives_valid_rows"] > 0  # both edited images
     ceiling = json.loads((tmp_path / "arms" / "stages" / "finetune-ceiling-rendered-swaps-seed0.json").read_text())
     assert ceiling["result"]["last_metrics"]["image_negatives_valid_rows"] > 0.5
     report = (tmp_path / "arms" / "report.md").read_text()
@@ -335,7 +339,7 @@ def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:
 
 
 @pytest.mark.slow
-def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_path):
+def test_sigmoid_demo_trains_the_bias_twin_and_reports_beside_softmax(demo, tmp_path, wise_ft_at_two_alphas):
     out, softmax = demo
     reuse_run(out, tmp_path / "sigmoid")
     config = replace(TINY, loss="sigmoid", softmax_run=str(out), only_variants=("plain", "LACE"))

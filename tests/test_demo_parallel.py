@@ -32,7 +32,7 @@ def _figures(value):
 
 
 @pytest.mark.slow
-def test_stages_side_by_side_give_the_figures_of_one_after_the_other(tmp_path):
+def test_stages_side_by_side_give_the_figures_of_one_after_the_other(tmp_path, wise_ft_at_two_alphas):
     one_by_one = run_demo(replace(TINY, jobs=1), tmp_path, log=lambda _: None)
     assert one_by_one["machine"]["workers"] == 1
     removed = set()

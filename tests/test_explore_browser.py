@@ -69,6 +69,7 @@ def _ids(page, selector: str) -> list[str]:
 
 
 # long: one browser session walked through the page's three views, with its checks in order
+@pytest.mark.slow  # a Chromium process started and driven: seconds
 def test_explore_page_in_headless_chromium(tmp_path):
     chromium, sync_playwright = _chromium(), _playwright()
     session = shared_session()

@@ -16,7 +16,6 @@ from lace.local.reader import PositionConceptReader
 from lace.local.transport import GaussianTransport
 from lace.train import train
 from lace.train.local_arm import LocalImagePass, edited_rows
-from tests.conftest import tiny_world
 from tests.test_local_edits import _world_batch
 from tests.test_train_arms import _local_config
 
@@ -63,8 +62,9 @@ def test_a_share_edits_the_first_rows_as_a_whole_batch_pass_does_and_leaves_the_
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return tiny_world(tmp_path_factory.mktemp("edit_share") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+def world(shapes_world):
+    """The session's 48-scene shapes world (read only)."""
+    return shapes_world
 
 
 @pytest.mark.slow

@@ -26,7 +26,6 @@ from lace.row_random import RowGenerators
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
 from lace.train.config import train_config
-from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
 FAST = LearntOperatorConfig(hidden=16, steps=20, rows_per_pair=64, positions_per_step=64)
@@ -35,8 +34,9 @@ ARM = "LACE-local learnt pairs + real-image negative"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    return tiny_world(tmp_path_factory.mktemp("learnt") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+def world(shapes_world) -> Path:
+    """The session's 48-scene shapes world (read only)."""
+    return shapes_world
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ from lace.train.checkpoints import latest_checkpoint
 from lace.train.config import train_config
 from lace.train.loop import Trainer
 from lace.train.sources import local_images as local_source
-from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights
 from tests.towers_support import ONE_PROCESS, TINY_FINETUNE, tiny_pairs
 
@@ -38,8 +37,9 @@ STEPS = 5
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    return tiny_world(tmp_path_factory.mktemp("refresh") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+def world(shapes_world) -> Path:
+    """The session's 48-scene shapes world (read only)."""
+    return shapes_world
 
 
 def local_config(world: Path, output: Path, **changes) -> TrainConfig:

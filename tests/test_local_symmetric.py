@@ -34,7 +34,6 @@ from lace.row_random import RowGenerators
 from lace.train import TrainConfig, train
 from lace.train.checkpoints import latest_checkpoint
 from lace.train.config import train_config
-from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
 SYMMETRIC_ARMS = {"round_trip": "LACE-local symmetric pairs (round trip)",
@@ -211,8 +210,9 @@ def test_the_symmetric_arms_are_the_chosen_pairs_arm_with_one_knob_and_play_the_
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    return tiny_world(tmp_path_factory.mktemp("symmetric") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+def world(shapes_world) -> Path:
+    """The session's 48-scene shapes world (read only)."""
+    return shapes_world
 
 
 def _config(world: Path, output: Path, name: str, **changes) -> TrainConfig:

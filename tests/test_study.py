@@ -203,6 +203,7 @@ def test_rerun_reuses_every_stage(study):
     assert again["throughput"]["computed_in_this_run"] is False
 
 
+@pytest.mark.slow  # the study fixture: the whole tiny study, every variant and seed
 def test_the_editors_n_edits_reaches_every_fine_tune_and_the_measures(study, tmp_path, monkeypatch):
     """`--edit-n-edits` sets `StudyConfig.edit.n_edits`, the one M of the study: the fine-tunes train with it and
     counterfactual brittleness measures with it (it once keyed the stages but left training at 4)."""

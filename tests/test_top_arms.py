@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -214,19 +215,40 @@ def tiny_study(data, out, **changes) -> TopsStudyConfig:
                            items_per_kind=8, progress=False, **changes)
 
 
+FOUR_ARMS = ("plain", "caption negatives", "LACE-local", "LACE-local pairs + caption negatives")
+
+
+@pytest.fixture(scope="module")
+def four_arm_study(tmp_path_factory):
+    """The study of four arms on a tiny coloured Flickr8k, run once: (data, its folder, the result, the log lines). A
+    test that runs the study again works on a copy of the folder (`copy_study`), which keeps every stage it holds."""
+    from lace.study.flickr8k_top_arms import run_tops_study
+
+    root = tmp_path_factory.mktemp("tops")
+    data, out = make_coloured_flickr8k(root / "flickr8k", 16), root / "out"
+    lines: list[str] = []
+    result = run_tops_study(tiny_study(data, out, arms=FOUR_ARMS), log=lines.append)
+    return data, out, result, lines
+
+
+def copy_study(out, folder):
+    """A copy of study folder `out` at `folder`, file times kept (the stages are keyed on the data, not the folder)."""
+    return shutil.copytree(out, folder, symlinks=True)
+
+
 @pytest.mark.slow
-def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_path):
+def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(four_arm_study, tmp_path):
     from lace.experiment.protocol import Run
     from lace.study.flickr8k_top_arms import run_tops_study
 
-    data, out = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out"
-    arms = ("plain", "caption negatives", "LACE-local", "LACE-local pairs + caption negatives")
-    lines: list[str] = []
-    result = run_tops_study(tiny_study(data, out, arms=arms), log=lines.append)
+    data, first, result, lines = four_arm_study
+    arms = FOUR_ARMS
     assert set(result["summary"]) == {"base", *arms}
-    written = json.loads((out / "arms-val.json").read_text())
+    written = json.loads((first / "arms-val.json").read_text())
     assert written["arms"] == list(arms) and written["config"]["finetune"]["lr"] == TINY_FINETUNE.optim.lr
-    assert "| LACE-local |" in (out / "arms-val.md").read_text() and "local_editor" in result
+    assert "| LACE-local |" in (first / "arms-val.md").read_text() and "local_editor" in result
+    assert sum("[train-" in line and "running" in line for line in lines) == len(arms)
+    out = copy_study(first, tmp_path / "out")  # the runs below write into their folder
     stages = {arm: json.loads((out / "stages" / f"{Run(arm, 0).stage('train')}.json").read_text()) for arm in arms}
     checkpoints = {arm: out / stage["result"]["checkpoint"] for arm, stage in stages.items()}
     base = load_encoder("lace-towers", pretrained=str(out / "models" / "base.safetensors"))
@@ -241,9 +263,8 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
     assert {"pair_rows", "rule_collision_rows"} <= set(stages["LACE-local pairs + caption negatives"]["result"])
     assert "pair_rows" not in stages["LACE-local"]["result"]
     trained_at = {arm: path.stat().st_mtime_ns for arm, path in checkpoints.items()}
-    assert sum("[train-" in line and "running" in line for line in lines) == len(arms)
 
-    lines.clear()
+    lines = []
     again = run_tops_study(tiny_study(data, out, arms=arms), log=lines.append)
     assert not any("running" in line for line in lines)
     assert {arm: path.stat().st_mtime_ns for arm, path in checkpoints.items()} == trained_at
@@ -257,15 +278,20 @@ def test_the_study_trains_saves_and_reuses_every_arm_through_the_trainer(tmp_pat
 
 
 @pytest.mark.slow
-def test_the_study_scores_zero_shot_on_an_image_folder_for_the_base_and_every_arm(tmp_path):
+def test_the_study_scores_zero_shot_on_an_image_folder_for_the_base_and_every_arm(four_arm_study, tmp_path):
+    from lace.experiment.protocol import Run
     from lace.study.flickr8k_top_arms import run_tops_study
 
-    data, out, classes = make_coloured_flickr8k(tmp_path / "flickr8k", 16), tmp_path / "out", tmp_path / "classes"
+    data, first, _, _ = four_arm_study
+    out, classes = copy_study(first, tmp_path / "out"), tmp_path / "classes"  # its base and plain arm, trained
     for name, colour in (("red thing", "red"), ("blue thing", "blue")):
         (classes / name).mkdir(parents=True)
         for i in range(2):
             Image.new("RGB", (32, 32), PAINTS[colour]).save(classes / name / f"{i}.png")
-    result = run_tops_study(tiny_study(data, out, arms=("plain",), zeroshot_root=str(classes)), log=lambda _: None)
+    lines: list[str] = []
+    result = run_tops_study(tiny_study(data, out, arms=("plain",), zeroshot_root=str(classes)), log=lines.append)
+    # the zero-shot folder is part of what a measurement is keyed on: base and plain are measured again
+    assert [line for line in lines if "running" in line] == ["[val-base] running", f"[{Run('plain', 0).stage('val')}] running"]
     for run in (result["runs"]["base"][0], result["runs"]["plain"][0]):
         top1 = [key for key in run if key.startswith("zeroshot/") and key.endswith("top1")]
         assert top1 and all(0.0 <= run[key] <= 1.0 for key in top1)

@@ -20,13 +20,13 @@ from lace.local import LocalEditConfig
 from lace.train import TrainConfig, train
 from lace.train.config import train_config
 from lace.train.negatives import paired_caption_directions
-from tests.conftest import tiny_world
 from tests.distributed_support import assert_same_weights, train_in_two_processes
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return tiny_world(tmp_path_factory.mktemp("arms") / "world", 48, (0.7, 0.1, 0.1, 0.1))
+def world(shapes_world):
+    """The session's 48-scene shapes world (read only)."""
+    return shapes_world
 
 
 def _differences(config, other) -> set[str]:
