@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -296,7 +297,7 @@ def test_local_and_ceiling_arms_run_in_the_demo_from_a_reused_base(demo, tmp_pat
 
 
 @pytest.mark.slow
-def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
+def test_report_has_zeroshot_and_edit_grids_from_results_and_leaves_wise_ft_to_full(demo):
     out, _ = demo
     report = (out / "report.md").read_text()
     results = json.loads((out / "results.json").read_text())
@@ -307,6 +308,25 @@ def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
         assert {"shape/top1", "colour/top1", "count/top1"} <= set(figures)
         row = next(line for line in section.splitlines() if line.startswith(f"| {model} | "))
         assert f"| {figures['shape/top1']:.3f} |" in row
+    # the default demo, kept short, leaves WiSE-FT to --full and chosen arms, and says so
+    assert "wise_ft" not in results["wall_seconds"] and "--full" in results["wise_ft"]["skipped"]
+    assert f"WiSE-FT skipped: {results['wise_ft']['skipped']}" in report
+    # the edit grids: where the tiny dictionary owns no atom for a pair, the report says why
+    for pair, grid in results["edit_grids"].items():
+        if "skipped" in grid:
+            assert f"{pair}: grid skipped: {grid['skipped']}" in report
+        else:
+            check_grid_in_report(grid, report)
+
+
+@pytest.mark.slow
+def test_wise_ft_runs_with_chosen_arms_on_the_default_demos_fine_tunes(demo, tmp_path):
+    out = tmp_path / "chosen"
+    shutil.copytree(demo[0], out)  # every stage of plain and LACE is the default demo's
+    summary = run_demo(replace(TINY, only_variants=("plain", "LACE")), out, log=lambda _: None)
+    assert [name for name, reused in summary["reused"].items() if not reused] == ["wise_ft"]
+    report = (out / "report.md").read_text()
+    results = json.loads((out / "results.json").read_text())
     # WiSE-FT: plain and LACE at five alphas, alpha 0 being the base's own zero-shot figure
     wise_ft = results["wise_ft"]
     assert (out / "figures" / wise_ft["figure"]).stat().st_size > 1000 and f"(figures/{wise_ft['figure']})" in report
@@ -319,12 +339,6 @@ def test_report_has_zeroshot_wise_ft_and_edit_grids_from_results(demo):
         if point["alpha"] == 1.0:
             assert point["zeroshot/shape/top1"] == pytest.approx(
                 results["zeroshot"][f"{point['model']} seed 0"]["shape/top1"], abs=1e-6)
-    # the edit grids: where the tiny dictionary owns no atom for a pair, the report says why
-    for pair, grid in results["edit_grids"].items():
-        if "skipped" in grid:
-            assert f"{pair}: grid skipped: {grid['skipped']}" in report
-        else:
-            check_grid_in_report(grid, report)
 
 
 def check_grid_in_report(grid: dict, report: str, min_sources: int = 2) -> None:

@@ -123,8 +123,9 @@ class DemoConfig:
     edit) and the binding arms: concept-arithmetic negatives, paired-caption directions, LACE-local (alone and with
     caption negatives), the ceiling of rendered colour swaps, and the pairs layout (each edited image a row of its
     own, positive with the caption its edit describes): LACE-local pairs (alone, with the edits as columns too, with
-    caption negatives), its image side only (alone and with caption negatives) and the ceiling pairs; and measure
-    every model's provenance when some arm edits the images. The default runs plain, caption negatives, LACE, the
+    caption negatives), its image side only (alone and with caption negatives) and the ceiling pairs; measure
+    every model's provenance when some arm edits the images; and mix plain and LACE back into the base at five
+    alphas (WiSE-FT: zero-shot against binding). The default runs plain, caption negatives, LACE, the
     pairs arm validation chose (with the real image as a hard negative of the edit's caption) and that arm with
     caption negatives."""
     threads: int = 0

@@ -4,7 +4,8 @@
 not bind) and report its calibration; 3. fit and label the concept dictionary; 4. edit
 retrieval; 5. fine-tune in every variant from the base with the same data order;
 6. evaluate every model on val, test and test_comp, and on the world's zero-shot tasks;
-7. mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the report.
+7. with --full (or chosen arms), mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the
+report.
 
 Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes (the local
 arms after the one editor they share, `lace.demo.local_editor_stage`), their evaluations, the edit grids and
@@ -220,6 +221,8 @@ class BaseMeasures:
     """The one instrument of brittleness to counterfactual edits: the default editor on the dictionary."""
     eval_pixels: dict
     """Every evaluation image, decoded once for every model."""
+    eval_inputs: dict
+    """Each split's benchmarks and captions (`lace.demo.evaluation.SplitInputs`), read once for every model."""
     zeroshot: dict
     """Zero-shot figures by model: the base's, then each fine-tune's."""
     evaluations: dict
@@ -245,10 +248,12 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
     # every model is one architecture: each evaluation image is decoded once for all, here, before the
     # fine-tunes' evaluations are forked off
     eval_pixels: dict = {}
+    eval_inputs: dict = {}
     evaluations = {"base": runner.run(
         "eval base", stage_key(foundation.base_key, foundation.dictionary_key, "eval"), lambda: evaluate_on_world(
-            encoder, "base", world_dir, vocabulary, editor, INSTRUMENT_EDITS, config.seed, pixels=eval_pixels))}
-    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, zeroshot, evaluations)
+            encoder, "base", world_dir, vocabulary, editor, INSTRUMENT_EDITS, config.seed, pixels=eval_pixels,
+            inputs=eval_inputs))}
+    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, eval_inputs, zeroshot, evaluations)
 
 
 def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
@@ -305,7 +310,7 @@ def _demo_arms(config: DemoConfig, out: Path, foundation: Foundation, labelled, 
     measures = {
         "eval": Measure(lambda trained: stage_key(trained, dictionary_key, "eval"), partial(
             _evaluate_saved, config.model, out, world_dir, vocabulary, measured.editor, config.seed,
-            measured.eval_pixels)),
+            measured.eval_pixels, measured.eval_inputs)),
         "zeroshot": Measure(lambda trained: stage_key(trained, "zeroshot"),
                             partial(_zeroshot_saved, config.model, out, measured.zeroshot_config))}
     if provenance is not None:
@@ -356,7 +361,10 @@ WISE_FT_VARIANTS = ("plain", "LACE")
 
 def _wise_ft(config: DemoConfig, out: Path, base_key: str, arms: ArmStages, zeroshot_config: EvalConfig) -> Stage | dict:
     """The stage scoring zero-shot against swap-attribute (test split) with plain and LACE mixed into the base at
-    each alpha, after their fine-tunes; or, when neither is fine-tuned, the summary saying so."""
+    each alpha, after their fine-tunes; or, in the default demo (which leaves it to --full and chosen arms) or when
+    neither is fine-tuned, the summary saying why not."""
+    if not (config.full or config.only_variants):
+        return {"skipped": "the default demo, kept short, leaves it to --full (or arms chosen with --only-variants)"}
     chosen = [run for run in (Run(arm, config.seed) for arm in WISE_FT_VARIANTS) if run in arms.keys]
     if not chosen:
         return {"skipped": f"none of {WISE_FT_VARIANTS} was fine-tuned"}
@@ -414,10 +422,10 @@ def _provenance_stages(runner: StageRunner, foundation: Foundation, arms: ArmSta
 
 
 def _evaluate_saved(model: str, out: Path, world_dir: Path, vocabulary: str, editor, seed: int, pixels: dict,
-                    run: Run) -> dict:
+                    inputs: dict, run: Run) -> dict:
     """`evaluate_on_world` of `run`'s fine-tune of demo run `out`."""
     return evaluate_on_world(load_encoder(model, str(run.model_file(out, ".pt"))), run.label, world_dir, vocabulary,
-                             editor, INSTRUMENT_EDITS, seed, pixels=pixels)
+                             editor, INSTRUMENT_EDITS, seed, pixels=pixels, inputs=inputs)
 
 
 def _zeroshot_saved(model: str, out: Path, config: EvalConfig, run: Run) -> dict:

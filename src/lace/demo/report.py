@@ -358,8 +358,9 @@ def _time_section(report: Report, summary: dict, out: Path) -> None:
                          f"(1, 5, 15 min) {machine['load_average_at_start']} at the start, "
                          f"{machine['load_average_at_end']} at the end; CPU seconds count all threads of "
                          "this process, so on a busy machine they show the work and wall seconds the wait"),
-                        (f"all stages together: {sum(filter(None, cpu.values())):.1f} CPU seconds, "
-                         f"{sum(summary['wall_seconds'].values()):.1f} wall seconds"),
+                        f"all stages together: {sum(filter(None, cpu.values())):.1f} CPU seconds"
+                        + (f"; from the start to the report {machine['wall_seconds_before_report']:.1f} wall seconds"
+                           if "wall_seconds_before_report" in machine else ""),
                         (f"estimated wall time on a quiet machine with these threads and workers: "
                          f"{quiet_wall_estimate(summary):.0f} s (this process's stages one after the other, each "
                          "its CPU seconds over its threads; the side-by-side stages' CPU seconds shared over the "

@@ -217,18 +217,37 @@ def _finite(figures: dict[str, float]) -> dict[str, float | None]:
             for key, value in figures.items()}
 
 
+LoadedBenchmarks = dict[str, tuple[Any, Any]]
+"""By benchmark name: the benchmark (its image checks and item counts) and the data it loaded."""
+
+
+def load_benchmarks(config: EvalConfig) -> LoadedBenchmarks:
+    """Every benchmark of `config` read from its files, its images checked, before any embedding: a missing file
+    fails here. Several models measured on one config share the result (`run_evaluation(loaded=...)`): scoring
+    reads it and changes nothing in it."""
+    _check_names(config)
+    return {name: _load(name, config) for name in config.benchmarks}
+
+
+def _check_names(config: EvalConfig) -> None:
+    unknown = [name for name in config.benchmarks if name not in BENCHMARKS]
+    if unknown:
+        raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
+
+
 def run_evaluation(
     encoder: DualEncoder, config: EvalConfig, model: str, pretrained: str | None = None, progress: bool = False,
-    cache: EmbeddingCache | None = None,
+    cache: EmbeddingCache | None = None, loaded: LoadedBenchmarks | None = None,
 ) -> dict:
     """Load every requested benchmark, embed each image and caption once, score, diagnose.
 
     `cache`: embeddings of `encoder` to reuse and fill (several evaluations of one model
-    share it); a fresh one by default.
+    share it); a fresh one by default. `loaded`: `load_benchmarks(config)`, read once for several models; read
+    here by default.
     """
-    unknown = [name for name in config.benchmarks if name not in BENCHMARKS]
-    if unknown:
-        raise LaceInputError(f"unknown benchmark(s) {unknown}; expected some of {sorted(BENCHMARKS)}")
+    if loaded is not None and list(loaded) != list(config.benchmarks):
+        raise ValueError(f"loaded benchmarks {list(loaded)} are not the config's {list(config.benchmarks)}")
+    _check_names(config)
     labelled = _load_dictionary(encoder, config, model) if config.dictionary else None
     bank = _load_bank(config) if config.rerank.fixes else None
     if config.diagnostics:
@@ -238,19 +257,20 @@ def run_evaluation(
     if cache_file is not None and cache_file.is_file():
         cache.load(cache_file)
     seconds: dict[str, float] = {}
-    benchmarks, loaded, results = {}, {}, {}
-    for name in config.benchmarks:  # load all first: a missing file fails before any embedding
-        benchmarks[name], loaded[name] = _load(name, config)
+    inputs = loaded if loaded is not None else load_benchmarks(config)  # all first: a missing file fails here
+    benchmarks = {name: benchmark for name, (benchmark, _) in inputs.items()}
+    data = {name: loaded_data for name, (_, loaded_data) in inputs.items()}
+    results = {}
     skipped_images = [line for line in (b.image_summary() for b in benchmarks.values()) if line]
     for name in config.benchmarks:
         start = time.perf_counter()
-        results[name] = _finite(benchmarks[name].evaluate(encoder, loaded[name], cache=cache, progress=progress))
+        results[name] = _finite(benchmarks[name].evaluate(encoder, data[name], cache=cache, progress=progress))
         seconds[name] = round(time.perf_counter() - start, 3)
     diagnostics: dict[str, float | None] = {}
     skipped_because = None if config.diagnostics else "--no-diagnostics"
     if config.diagnostics:
         start = time.perf_counter()
-        dataset = _diagnostic_dataset(config, loaded)
+        dataset = _diagnostic_dataset(config, data)
         if dataset is not None:
             diagnostics = _finite(diagnose(encoder, cache, dataset, config, progress, labelled, bank))
         else:
