@@ -50,6 +50,7 @@ import tempfile
 import time
 
 import llvmlite.binding
+import numba
 import torch
 from sklearn.decomposition import sparse_encode
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -235,6 +236,9 @@ def kernels(floor_block, lace_block, split: bool) -> dict:
                                                          "num_threads", "architecture", "prefix")}
                         for pool in threadpool_info()],
         "numba_cpu": llvmlite.binding.get_host_cpu_name(),
+        # the fused kernel is compiled serial (no prange): numba's threading layer is configured but never started
+        "numba": {"version": numba.__version__, "threading_layer": numba.config.THREADING_LAYER,
+                  "kernel_threads": 1, "gram_updates": "int8 codes of the Gram, near-ties recomputed from float32"},
         "environment": {name: os.environ.get(name) for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
     }
 
@@ -247,7 +251,9 @@ def print_kernels(ran: dict) -> None:
           f"{torch_blas['torch_onednn']}")
     print(f"         floor block: {', '.join(ran['floor_calls']) or 'no oneMKL / oneDNN call reported'}")
     print(f"         lace block:  {', '.join(ran['lace_calls']) or 'no oneMKL / oneDNN call reported'} "
-          f"(product: {ran['lace_product']}); fused OMP compiled by numba for {ran['numba_cpu']}")
+          f"(product: {ran['lace_product']}); fused OMP compiled by numba {ran['numba']['version']} for "
+          f"{ran['numba_cpu']}, serial (threading layer {ran['numba']['threading_layer']} not started), "
+          f"Gram updates from {ran['numba']['gram_updates']}")
     for pool in ran["threadpools"]:
         print(f"         threadpoolctl: {pool['user_api']} {pool['internal_api']} {pool['version'] or ''}, "
               f"threading {pool['threading_layer'] or '-'}, {pool['num_threads']} thread(s), "

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lace.dictionary import SparseCodes, decode, encode
-from lace.dictionary.fused_omp import TILE
+from lace.dictionary.fused_omp import TILE, quantized_gram
 
 
 def _unit_rows(rows: torch.Tensor) -> torch.Tensor:
@@ -47,6 +47,28 @@ def test_fused_kernel_equals_torch_kernel_on_planted_data(n_atoms, nonnegative):
     x, atoms = _planted(400, n_atoms, 96, 8, seed=n_atoms)
     fused, batched = _both(x, atoms, 8, nonnegative, chunk_size=150)
     _assert_same_codes(fused, batched, x, atoms, atol=2e-5)
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+def test_fused_kernel_equals_torch_kernel_where_the_quantized_gram_is_coarse(nonnegative):
+    # 16 dimensions: atoms correlate up to ~0.9, so the int8 Gram's error (half a step, ~4e-3 per unit of
+    # coefficient) is larger than the gaps between the leading residual correlations, and each step's atom
+    # is decided among several candidates recomputed exactly
+    generator = torch.Generator().manual_seed(11)
+    atoms = _unit_rows(torch.randn(3 * TILE + 76, 16, generator=generator))
+    x = _unit_rows(torch.randn(300, 16, generator=generator))
+    fused, batched = _both(x, atoms, 6, nonnegative)
+    _assert_same_codes(fused, batched, x, atoms, atol=2e-5)
+
+
+def test_quantized_gram_is_within_half_a_step_off_the_diagonal():
+    atoms = _unit_rows(torch.randn(300, 24, generator=torch.Generator().manual_seed(2)))
+    gram = (atoms @ atoms.T).numpy()
+    codes, steps = quantized_gram(gram)
+    off_diagonal = ~torch.eye(300, dtype=torch.bool)
+    error = torch.from_numpy(gram - steps[:, None] * codes).double().abs()
+    assert (error[off_diagonal] <= torch.from_numpy(steps).unsqueeze(1).expand(300, 300)[off_diagonal] / 2 + 1e-7).all()
+    assert (codes.diagonal() == 0).all() and abs(codes).max() == 127
 
 
 @pytest.mark.slow

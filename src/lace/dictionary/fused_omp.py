@@ -6,22 +6,29 @@ time, so that the row's K correlations stay in the core's cache for all s steps 
 of s passes over the whole (B, K) block. Each step:
 - selects the first atom with the largest correlation (or |correlation|) with the residual;
 - grows the support's Cholesky factor by one row and refits the coefficients by least
-  squares on the support (s x s triangular solves in float64). The new row reads G[I, k], as
-  the torch kernel does: entries of the support's Gram rows, which the tile updates have just
-  read, rather than a first read of the chosen atom's row from memory; G[k, k] comes from a
-  copy of the diagonal.
+  squares on the support (s x s triangular solves in float64), from the float32 Gram: G[I, k]
+  (entries the exact recompute below has just read) and G[k, k] from a copy of the diagonal.
+The coefficients depend only on the support and the float32 entries, so a kernel that picks the
+same atoms gives the same codes to the bit.
 The residual correlations are `X D^T - a_I G[I]`. They are kept in tiles of TILE atoms,
 each up to date for the coefficients of some earlier step, and a tile is brought up to
-date (its slice of the support's Gram rows, times the change of the coefficients) only
-when it could hold the step's largest entry: its largest stored entry plus
-sum_j |change_j| max |G[k_j, tile]| (a bound, with a margin for rounding) is at least the
-largest up-to-date entry. Tiles that cannot win stay stale, so every selection is the one
-a full update would make, with fewer Gram reads (about half of the tile updates are skipped
-on the encode benchmark); the selection reads one integer key per tile (see `_order_key`)
-and one tile. Of what remains, about a third is waiting on memory for the Gram slices (at
-K = 4096, G is 64 MB) and the rest is the updates' arithmetic; a bfloat16 copy of G for the
-updates, with error bounds and exact recomputes of near ties, was slower (docs/results-history.md,
-"Sparse coding toward the matrix-product floor").
+date only when it could hold the step's largest entry: its largest stored entry plus
+sum_j |change_j| max |G[k_j, tile]| (a bound, with margins for rounding and quantization) is
+at least the least the largest up-to-date entry can be. The updates read int8 codes of G
+(`quantized_gram`: a step per row, the diagonal left out), a quarter of the float32 Gram's
+bytes (at K = 4096, 16 MB against 64); a stored entry is then within errors[v] (half a step
+of each support atom's row times |its coefficient|) of the exact one, and the support atoms'
+own entries are computed exactly from G[I, I]. The selection takes the largest stored entry,
+recomputes exactly (float64, from the float32 Gram) every entry stored within twice that error
+of it (the parts of PART atoms whose largest key reaches that far; about one entry per step on
+the encode benchmark) and picks the largest exact one, ties to the lowest index: the atom a full
+float32 update would pick, up to float32 rounding of near ties. Every array the compiled code
+touches is a view that holds no reference (`_unowned`, `_view`): numba counts references of
+arrays passed to compiled functions and of slices with atomic operations (7% of the previous
+kernel's profile samples, 30% of this one's before the views). On the encode benchmark's 100,000
+rows the codes equal the float32-Gram kernel's to the bit and the kernel is 7% faster (an idle
+machine); of its time, a fifth waits on the exact recomputes' Gram entries, a fifth is the int8
+updates and a tenth their prefetches (perf samples).
 
 The algorithm, its stopping rules and the non-negative refit are those of
 `sparse_coding._batch_omp`, which stays the kernel for other devices; the two give the
@@ -36,8 +43,11 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
 TILE = 512  # atoms per tile of the residual correlations
+PART = 64  # atoms per part of a tile: each part's largest key is kept, so a selection scans one part
+CODE_LEVELS = 127  # the quantized Gram's codes: int8 in -127..127
 LINE = 64  # bytes per cache line
 # Shared with the torch kernel (`sparse_coding._batch_omp`), so that both stop and refit by the same rules:
 RIDGE = 1e-6  # added to the diagonal of the non-negative refit's systems
@@ -57,6 +67,12 @@ def _compiled(function):
         return numba.njit(nogil=True, fastmath=FAST_MATH)(function)
 
 
+def _inlined(function):
+    """A helper of the compiled functions, inlined into each caller by numba: a call to a compiled function
+    counts a reference to each array it is passed, with atomic operations that cost more than these helpers."""
+    return numba.njit(inline="always", nogil=True, fastmath=FAST_MATH)(function)
+
+
 def tile_maxima(gram: np.ndarray) -> np.ndarray:
     """(K, ceil(K / TILE)) largest |G[k, i]| over the atoms i of each tile, for the Gram matrix (K, K)."""
     n_atoms = gram.shape[0]
@@ -65,17 +81,28 @@ def tile_maxima(gram: np.ndarray) -> np.ndarray:
     return maxima
 
 
+def quantized_gram(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Gram matrix (K, K) as int8 codes (K, K) and a step per row (K,), float64: G[k, i] ~ step[k] * codes[k, i]
+    within step[k] / 2, off the diagonal; the diagonal's codes are 0 (the kernel computes those entries exactly)."""
+    codes = np.empty(gram.shape, dtype=np.int8)
+    steps = np.empty(gram.shape[0])
+    _quantize(gram, codes, steps)
+    return codes, steps
+
+
 def omp_rows(
     correlations: np.ndarray,
     gram: np.ndarray,
     gram_diagonal: np.ndarray,
     gram_tile_maxima: np.ndarray,
+    gram_codes: np.ndarray,
+    gram_steps: np.ndarray,
     sparsity: int,
     nonnegative: bool,
     tiny: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K),
-    its diagonal (K,) (a contiguous copy) and its `tile_maxima` (K, K / TILE).
+    its diagonal (K,) (a contiguous copy), its `tile_maxima` (K, K / TILE) and its `quantized_gram`.
 
     `correlations` is read only. Rows stop early when the best correlation is at most
     `tiny` or the chosen atom lies in the span of the support; their remaining slots repeat
@@ -87,9 +114,41 @@ def omp_rows(
     values = np.empty((n, sparsity), dtype=correlations.dtype)
     # a tile update's rounding is at most (s + 1) float eps of the magnitudes it adds up
     margin = 4.0 * (sparsity + 1) * float(np.finfo(correlations.dtype).eps)
-    _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices,
-              values)
+    _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity, nonnegative,
+              tiny, margin, indices, values, _workspace(correlations.shape[1], sparsity, correlations.dtype))
     return indices, values
+
+
+def _workspace(n_atoms: int, sparsity: int, dtype: np.dtype) -> tuple[tuple, tuple]:
+    """`_omp_rows`' scratch arrays, made here so that they outlive its views of them that hold no reference:
+    (residual (K,) and weights (s,) of `dtype`; tile keys, part keys, tile versions (int64); support and kept
+    slots (s,) int64) and (float64: tile bounds, history (s + 1, s) of the coefficients by version, errors
+    (s + 1,) by version, Cholesky factor and G[I, I] (s, s), cross, targets, coefficients, scratch, kept targets
+    (s,))."""
+    n_tiles = (n_atoms + TILE - 1) // TILE
+    integers = (np.empty(n_tiles, dtype=np.int64), np.empty((n_atoms + PART - 1) // PART, dtype=np.int64),
+                np.empty(n_tiles, dtype=np.int64), np.empty(sparsity, dtype=np.int64), np.empty(sparsity, dtype=np.int64))
+    floats = (np.empty(n_tiles), np.zeros((sparsity + 1, sparsity)), np.zeros(sparsity + 1),
+              np.zeros((sparsity, sparsity)), np.empty((sparsity, sparsity)), *(np.zeros(sparsity) for _ in range(5)))
+    return (np.empty(n_atoms, dtype=dtype), np.empty(sparsity, dtype=dtype), *integers), floats
+
+
+@_compiled
+def _quantize(gram, codes, steps):
+    n_atoms = gram.shape[0]
+    like = gram[0, 0]
+    for atom in range(n_atoms):
+        row = _view(gram, atom, 0, n_atoms)
+        largest = 0.0  # of |G[atom, i]| off the diagonal
+        if atom > 0:
+            largest = np.float64(_key_value(_largest_key(_view(row, 0, 0, atom), True), like))
+        if atom + 1 < n_atoms:
+            largest = max(largest, np.float64(_key_value(_largest_key(_view(row, 0, atom + 1, n_atoms), True), like)))
+        steps[atom] = largest / CODE_LEVELS
+        scale = CODE_LEVELS / largest if largest > 0.0 else 0.0
+        for i in range(n_atoms):  # |G[atom, i]| * scale <= CODE_LEVELS off the diagonal; rounded to nearest
+            codes[atom, i] = np.int8(np.floor(min(max(np.float64(row[i]) * scale, -CODE_LEVELS), CODE_LEVELS) + 0.5))
+        codes[atom, atom] = 0
 
 
 @_compiled
@@ -99,33 +158,32 @@ def _tile_maxima(gram, maxima):
     for atom in range(n_atoms):
         for tile in range(maxima.shape[1]):
             start = tile * TILE
-            key = _largest_key(gram[atom, start : min(start + TILE, n_atoms)], True)
+            key = _largest_key(_view(gram, atom, start, min(start + TILE, n_atoms)), True)
             maxima[atom, tile] = _key_value(key, like)
 
 
 @_compiled
-def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, nonnegative, tiny, margin, indices,
-              values):
+def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity, nonnegative,
+              tiny, margin, indices, values, workspace):
     n_rows, n_atoms = correlations.shape
-    n_tiles = gram_tile_maxima.shape[1]
     absolute = not nonnegative
-    residual = np.empty(n_atoms, dtype=correlations.dtype)  # the row's residual correlations, by tile
-    tile_keys = np.empty(n_tiles, dtype=np.int64)  # largest order key of each tile's stored entries
-    versions = np.empty(n_tiles, dtype=np.int64)  # a tile holds X D^T - G[I_v]^T history[v] for v = its version
-    bounds = np.empty(n_tiles)
-    weights = np.empty(sparsity, dtype=correlations.dtype)  # change of each coefficient in a tile update
-    history = np.zeros((sparsity + 1, sparsity))  # history[v]: coefficients of the first v support atoms
-    factor = np.zeros((sparsity, sparsity))  # Cholesky factor L of G[I, I], lower triangular
-    cross = np.empty(sparsity)  # w with L w = G[I, k]
-    targets = np.empty(sparsity)  # x . d_i of the support atoms
-    coefficients = np.zeros(sparsity)
-    scratch = np.empty(sparsity)
-    support = np.empty(sparsity, dtype=np.int64)
-    kept = np.empty(sparsity, dtype=np.int64)  # the non-negative refit's kept support slots
-    kept_targets = np.empty(sparsity)
+    # every array as a view that holds no reference (`_unowned`); the caller holds them all
+    correlations, gram, gram_diagonal = _unowned(correlations), _unowned(gram), _unowned(gram_diagonal)
+    gram_tile_maxima, gram_codes, gram_steps = _unowned(gram_tile_maxima), _unowned(gram_codes), _unowned(gram_steps)
+    indices, values = _unowned(indices), _unowned(values)
+    residual, weights, tile_keys, part_keys, versions, support, kept = workspace[0]
+    residual, weights, tile_keys, part_keys = _unowned(residual), _unowned(weights), _unowned(tile_keys), _unowned(part_keys)
+    versions, support, kept = _unowned(versions), _unowned(support), _unowned(kept)
+    bounds, history, errors, factor, support_gram, cross, targets, coefficients, scratch, kept_targets = workspace[1]
+    bounds, history, errors, factor = _unowned(bounds), _unowned(history), _unowned(errors), _unowned(factor)
+    support_gram, cross, targets = _unowned(support_gram), _unowned(cross), _unowned(targets)
+    coefficients, scratch, kept_targets = _unowned(coefficients), _unowned(scratch), _unowned(kept_targets)
     for row in range(n_rows):
-        original = correlations[row]
-        _largest_tile_keys(original, tile_keys, absolute)
+        original = _view(correlations, row, 0, n_atoms)
+        _largest_tile_keys(original, tile_keys, part_keys, absolute)
+        # the largest |X D^T| of the row, for the updates' rounding (with absolute keys, the largest key's)
+        scale_key = tile_keys.max() if absolute else np.int64(_largest_key(original, True))
+        row_scale = np.float64(_key_value(scale_key, original[0]))
         versions[:] = 0
         coefficients[:] = 0.0
         live = np.int64(0)  # not a literal 0: numba would also compile each callee it reaches for Literal[int](0)
@@ -133,28 +191,54 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, sparsity, non
         for step in range(sparsity):
             if step:
                 _update_candidate_tiles(
-                    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds,
-                    weights, absolute, margin,
+                    original, residual, support_gram, gram_tile_maxima, gram_codes, gram_steps, support, history,
+                    errors, live, versions, tile_keys, part_keys, bounds, weights, absolute, margin,
                 )
-            best, chosen = _first_largest(original if live == 0 else residual, tile_keys, versions, live, absolute)
+            best, chosen = _select(original, residual, gram, support, history, errors, live, tile_keys, part_keys,
+                                   versions, absolute)
             if best <= tiny or not _grow_factor(factor, cross, gram, gram_diagonal, support, step, chosen, tiny):
                 break
             support[step] = chosen
+            _record_support_gram(support_gram, gram, gram_diagonal, support, step)
             targets[step] = original[chosen]
             live = step + 1
             _cholesky_solve(factor, targets, live, scratch, coefficients)
             for j in range(sparsity):
                 history[live, j] = coefficients[j] if j < live else 0.0
+            errors[live] = _quantization_error(history, support, live, gram_steps, row_scale, margin, sparsity)
         last = support[live - 1] if live == sparsity else chosen
         for j in range(sparsity):
             indices[row, j] = support[j] if j < live else last
             values[row, j] = coefficients[j] if j < live else 0.0
         if nonnegative and live:
-            _refit_nonnegative(values[row], support, live, targets, gram, factor, scratch, coefficients, kept,
+            _refit_nonnegative(_view(values, row, 0, sparsity), support, live, targets, gram, factor, scratch, coefficients, kept,
                                kept_targets)
 
 
-@_compiled
+@_inlined
+def _quantization_error(history, support, live, gram_steps, row_scale, margin, sparsity):
+    """Bound on |stored - exact| of a residual entry brought up to date with the quantized Gram for these
+    coefficients: half a step of each support atom's codes times |its coefficient|, plus the updates' rounding
+    (at most `sparsity` updates, each within `margin` of the magnitudes it adds up)."""
+    quantization = 0.0
+    magnitude = row_scale
+    for j in range(live):
+        quantization += 0.5 * abs(history[live, j]) * gram_steps[support[j]]
+        magnitude += abs(history[live, j]) * (CODE_LEVELS + 1) * gram_steps[support[j]]
+    return quantization * (1.0 + margin) + sparsity * margin * magnitude
+
+
+@_inlined
+def _record_support_gram(support_gram, gram, gram_diagonal, support, step):
+    """support_gram[:step + 1, :step + 1] = G[I, I] with the atom support[step] added (entries `_grow_factor` has
+    just read)."""
+    atom = support[step]
+    for j in range(step):
+        support_gram[j, step] = support_gram[step, j] = gram[support[j], atom]
+    support_gram[step, step] = gram_diagonal[atom]
+
+
+@_inlined
 def _grow_factor(factor, cross, gram, gram_diagonal, support, step, chosen, tiny):
     """Add atom `chosen` as row `step` of the support's Cholesky factor; False (factor unchanged)
     when it lies in the span of the support (squared distance at most DEPENDENT of its norm)."""
@@ -210,6 +294,42 @@ def _key_value(typingctx, key, like):
 
 
 @intrinsic
+def _view(typingctx, array, row, start, stop):
+    """array[row, start:stop] (2-d `array`) or array[start:stop] (1-d, `row` ignored) as a 1-d view that holds
+    no reference: numba counts the references of each slice it makes with atomic operations, which cost
+    more than the kernel's short loops over them. The view must not outlive `array`."""
+    view_type = types.Array(array.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        source = context.make_array(array_type)(context, builder, args[0])
+        first = [args[1], args[2]] if array_type.ndim == 2 else [args[2]]
+        pointer = cgutils.get_item_pointer(context, builder, array_type, source, first)
+        view = context.make_array(view_type)(context, builder)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(array.dtype)))
+        populate_array(view, data=pointer, shape=[builder.sub(args[3], args[2])], strides=[itemsize],
+                       itemsize=itemsize, meminfo=None)
+        return view._getvalue()
+
+    return view_type(array, types.intp, types.intp, types.intp), codegen
+
+
+@intrinsic
+def _unowned(typingctx, array):
+    """`array` as a view that holds no reference (see `_view`); it must not outlive `array`."""
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        source = context.make_array(array_type)(context, builder, args[0])
+        view = context.make_array(array_type)(context, builder)
+        populate_array(view, data=source.data, shape=source.shape, strides=source.strides, itemsize=source.itemsize,
+                       meminfo=None)
+        return view._getvalue()
+
+    return array(array), codegen
+
+
+@intrinsic
 def _prefetch(typingctx, matrix, row, column):
     """Ask the cache for the line holding matrix[row, column]; returns at once."""
 
@@ -229,7 +349,7 @@ def _prefetch(typingctx, matrix, row, column):
     return types.void(matrix, row, column), codegen
 
 
-@_compiled
+@_inlined
 def _subtract(target, weight, source):
     """target -= weight * source, for 1-d slices (a loop over slices vectorises where one
     over index ranges of larger arrays did not)."""
@@ -237,7 +357,14 @@ def _subtract(target, weight, source):
         target[i] -= weight * source[i]
 
 
-@_compiled
+@_inlined
+def _subtract_codes(target, weight, codes):
+    """target -= weight * codes, for 1-d slices; `codes` int8."""
+    for i in range(target.shape[0]):
+        target[i] -= weight * codes[i]
+
+
+@_inlined
 def _largest_key(values, absolute):
     """The largest order key of a 1-d slice."""
     best = _order_key(values[0], absolute)
@@ -246,44 +373,46 @@ def _largest_key(values, absolute):
     return best
 
 
-@_compiled
-def _largest_tile_keys(values, tile_keys, absolute):
-    """tile_keys[c] = the largest order key of tile c of `values`."""
-    n_atoms = values.shape[0]
+@_inlined
+def _largest_tile_keys(values, tile_keys, part_keys, absolute):
+    """tile_keys[c] = the largest order key of tile c of `values`; part_keys the same for each part."""
     for tile in range(tile_keys.shape[0]):
-        start = tile * TILE
-        tile_keys[tile] = _largest_key(values[start : min(start + TILE, n_atoms)], absolute)
+        tile_keys[tile] = _largest_part_keys(values, tile, part_keys, absolute)
 
 
-@_compiled
+@_inlined
+def _largest_part_keys(values, tile, part_keys, absolute):
+    """part_keys[p] = the largest order key of part p of `values`, for the parts of tile `tile`; returns their
+    largest."""
+    n_atoms = values.shape[0]
+    first = tile * (TILE // PART)
+    best = np.int64(_order_key(values[tile * TILE], absolute))
+    for part in range(first, min(first + TILE // PART, part_keys.shape[0])):
+        key = _largest_key(_view(values, 0, part * PART, min(part * PART + PART, n_atoms)), absolute)
+        part_keys[part] = key
+        best = max(best, key)
+    return best
+
+
+@_inlined
 def _update_candidate_tiles(
-    original, residual, gram, gram_tile_maxima, support, history, live, versions, tile_keys, bounds, weights, absolute, margin
+    original, residual, support_gram, gram_tile_maxima, gram_codes, gram_steps, support, history, errors, live,
+    versions, tile_keys, part_keys, bounds, weights, absolute, margin,
 ):
     """Bring up to date (version `live`) every tile that could hold an entry at least the
-    largest up-to-date one, largest bound first. A tile of version 0 is still in `original`."""
-    n_atoms = residual.shape[0]
+    largest up-to-date one, largest bound first. A tile of version 0 is still in `original`.
+    The updates read the quantized Gram (`gram_codes`); entries stored in a tile of version v are within
+    errors[v] of the exact ones, and the bounds and the largest up-to-date entry allow for it."""
     like = residual[0]
-    best = NONE
-    for tile in range(tile_keys.shape[0]):
-        stored = np.float64(_key_value(tile_keys[tile], like))
-        version = versions[tile]
-        if version == live:
-            best = max(best, stored)
-            bounds[tile] = NONE
-            continue
-        spread = 0.0
-        for j in range(live):
-            spread += abs(history[live, j] - history[version, j]) * gram_tile_maxima[support[j], tile]
-        bounds[tile] = stored + spread + margin * (abs(stored) + spread)
+    best = _bound_tiles(gram_tile_maxima, support, history, errors, live, versions, tile_keys, bounds, margin, like)
     # fetch every candidate tile's Gram slices at once: one at a time, each waits on memory
-    line_entries = LINE // gram.itemsize
     for tile in range(bounds.shape[0]):
         if bounds[tile] >= best:
             start = tile * TILE
-            stop = min(start + TILE, n_atoms)
+            stop = min(start + TILE, residual.shape[0])
             for j in range(versions[tile], live):  # the slices of atoms already in it were read before
-                for i in range(start, stop, line_entries):
-                    _prefetch(gram, support[j], i)
+                for i in range(start, stop, LINE):
+                    _prefetch(gram_codes, support[j], i)
     while True:
         tile = 0
         for other in range(1, bounds.shape[0]):
@@ -291,44 +420,112 @@ def _update_candidate_tiles(
                 tile = other
         if bounds[tile] < best or bounds[tile] == NONE:
             return
-        start = tile * TILE
-        stop = min(start + TILE, n_atoms)
-        version = versions[tile]
-        if version == 0:
-            residual[start:stop] = original[start:stop]
-        for j in range(live):
-            weights[j] = history[live, j] - history[version, j]
-        for j in range(live):
-            if weights[j] != 0:
-                _subtract(residual[start:stop], weights[j], gram[support[j], start:stop])
-        key = _largest_key(residual[start:stop], absolute)
+        key = _update_tile(original, residual, support_gram, gram_codes, gram_steps, support, history, live,
+                           versions[tile], tile, part_keys, weights, absolute)
         tile_keys[tile] = key
         versions[tile] = live
         bounds[tile] = NONE
-        best = max(best, np.float64(_key_value(key, like)))
+        best = max(best, np.float64(_key_value(key, like)) - errors[live])
 
 
-@_compiled
-def _first_largest(residual, tile_keys, versions, live, absolute):
-    """(largest entry or |entry| of the up-to-date tiles, its first index)."""
-    best = tile_keys[0]
-    found = False
+@_inlined
+def _bound_tiles(gram_tile_maxima, support, history, errors, live, versions, tile_keys, bounds, margin, like):
+    """bounds[c] = the largest (|)entry(|) tile c could hold at version `live` (NONE for tiles already there);
+    returns the least the largest entry of the up-to-date tiles can be (NONE when none is up to date)."""
+    best = NONE
     for tile in range(tile_keys.shape[0]):
-        if versions[tile] == live and (not found or tile_keys[tile] > best):
-            best = tile_keys[tile]
-            found = True
-    tile = 0
-    while tile < tile_keys.shape[0] - 1 and (versions[tile] != live or tile_keys[tile] != best):
-        tile += 1
-    index = tile * TILE
-    last = min(index + TILE, residual.shape[0]) - 1
-    while index < last and _order_key(residual[index], absolute) != best:
+        stored = np.float64(_key_value(tile_keys[tile], like))
+        version = versions[tile]
+        if version == live:
+            best = max(best, stored - errors[live])
+            bounds[tile] = NONE
+            continue
+        spread = 0.0
+        for j in range(live):
+            spread += abs(history[live, j] - history[version, j]) * gram_tile_maxima[support[j], tile]
+        bounds[tile] = stored + errors[version] + spread + margin * (abs(stored) + spread)
+    return best
+
+
+@_inlined
+def _update_tile(original, residual, support_gram, gram_codes, gram_steps, support, history, live, version, tile, part_keys,
+                 weights, absolute):
+    """Bring tile `tile` from `version` to `live` with the quantized Gram; the support atoms' own entries (the
+    codes leave out the diagonal) are computed exactly. Returns the tile's largest order key."""
+    start = tile * TILE
+    stop = min(start + TILE, residual.shape[0])
+    part = _view(residual, 0, start, stop)
+    if version == 0:
+        part[:] = _view(original, 0, start, stop)
+    for j in range(live):
+        weights[j] = (history[live, j] - history[version, j]) * gram_steps[support[j]]
+    for j in range(live):
+        if weights[j] != 0:
+            _subtract_codes(part, weights[j], _view(gram_codes, support[j], start, stop))
+    for j in range(live):
+        if start <= support[j] < stop:
+            exact = np.float64(original[support[j]])
+            for i in range(live):
+                exact -= history[live, i] * support_gram[i, j]
+            residual[support[j]] = exact
+    return _largest_part_keys(residual, tile, part_keys, absolute)
+
+
+@_inlined
+def _exact(original, gram, support, history, live, atom):
+    """The residual correlation of `atom`, X D^T - a_I G[I], in float64 from the float32 Gram."""
+    total = np.float64(original[atom])
+    for j in range(live):
+        total -= history[live, j] * np.float64(gram[support[j], atom])
+    return total
+
+
+@_inlined
+def _select(original, residual, gram, support, history, errors, live, tile_keys, part_keys, versions, absolute):
+    """(largest exact entry or |entry|, its first index). Entries stored within 2 errors[live] of the largest
+    stored one are recomputed exactly (`_exact`); every other entry is smaller than the largest exact one."""
+    if live == 0:
+        return _first_largest(original, tile_keys, part_keys, absolute)
+    like = residual[0]
+    largest = NONE
+    for tile in range(tile_keys.shape[0]):
+        if versions[tile] == live:
+            largest = max(largest, np.float64(_key_value(tile_keys[tile], like)))
+    threshold = largest - 2.0 * errors[live]
+    best = NONE
+    index = 0
+    for part in range(part_keys.shape[0]):
+        if versions[part * PART // TILE] != live or np.float64(_key_value(part_keys[part], like)) < threshold:
+            continue
+        for i in range(part * PART, min(part * PART + PART, residual.shape[0])):
+            stored = np.float64(residual[i])
+            if (abs(stored) if absolute else stored) >= threshold:
+                exact = _exact(original, gram, support, history, live, i)
+                score = abs(exact) if absolute else exact
+                if score > best:
+                    best = score
+                    index = i
+    return best, index
+
+
+@_inlined
+def _first_largest(values, tile_keys, part_keys, absolute):
+    """(largest entry or |entry| of `values`, every tile of which is of version 0, its first index)."""
+    best = tile_keys[0]
+    for tile in range(tile_keys.shape[0]):
+        best = max(best, tile_keys[tile])
+    part = 0
+    while part < part_keys.shape[0] - 1 and part_keys[part] != best:
+        part += 1
+    index = part * PART
+    last = min(index + PART, values.shape[0]) - 1
+    while index < last and _order_key(values[index], absolute) != best:
         index += 1  # the bounds only matter for NaN, which matches nothing
-    value = residual[index]
+    value = values[index]
     return (abs(value) if absolute else value), index
 
 
-@_compiled
+@_inlined
 def _cholesky_solve(factor, rhs, size, scratch, solution):
     """solution[:size] = (L L^T)^-1 rhs[:size] for the lower-triangular factor[:size, :size]."""
     for j in range(size):  # L y = rhs
@@ -343,7 +540,7 @@ def _cholesky_solve(factor, rhs, size, scratch, solution):
         solution[j] = total / factor[j, j]
 
 
-@_compiled
+@_inlined
 def _refit_nonnegative(values, support, live, targets, gram, factor, scratch, solution, kept, kept_targets):
     """Drop negative coefficients of one row and refit the rest by least squares on the
     remaining support (ridge RIDGE), twice at most; then clamp at 0. `values` is updated in place;

@@ -195,10 +195,10 @@ def _fused_omp(
     with record_function("omp/product"):
         correlations = buffers.product(x, atoms)  # (n, K) X D^T: the one product
     with record_function("omp/fused_rows"):
-        gram_rows, gram_diagonal, gram_tile_maxima = buffers.gram_tables(gram)
+        gram_rows, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps = buffers.gram_tables(gram)
         indices, values = fused_omp.omp_rows(
-            correlations.numpy(), gram_rows, gram_diagonal, gram_tile_maxima, sparsity, nonnegative,
-            _tiny(atoms.dtype),
+            correlations.numpy(), gram_rows, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity,
+            nonnegative, _tiny(atoms.dtype),
         )
     return torch.from_numpy(indices), torch.from_numpy(values)
 
@@ -329,12 +329,13 @@ class _OmpBuffers:
         return self._split_product(x, correlations)
 
     def gram_tables(self, gram: Tensor):
-        """`gram` as a (K, K) numpy array with contiguous rows, its diagonal (K,) and its (K, K / TILE) tile
-        maxima."""
+        """`gram` as a (K, K) numpy array with contiguous rows, its diagonal (K,), its (K, K / TILE) tile
+        maxima and its int8 codes (K, K) with their steps (K,) (`fused_omp.quantized_gram`)."""
         if self._gram_tables is None:
             with record_function("omp/tile_maxima"):
                 rows = gram.detach().to(self.correlations.dtype).contiguous().numpy()
-                self._gram_tables = rows, rows.diagonal().copy(), fused_omp.tile_maxima(rows)
+                self._gram_tables = (rows, rows.diagonal().copy(), fused_omp.tile_maxima(rows),
+                                     *fused_omp.quantized_gram(rows))
         return self._gram_tables
 
 
