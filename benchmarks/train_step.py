@@ -13,7 +13,7 @@ batch 128 on drawn world scenes, plain against plain + M local image negatives a
 (`build_local_editor`, `LocalImagePass`), interleaved with its floor: the same step with M unedited
 copies of each map in place of the edited ones (what the extra upper-layer maps cost without any editing).
 The same setting times the pairs layout (`lace.train.pairs`): each edit a row of its own with the caption
-it describes (written by the rule editor, encoded in a second text pass, each distinct caption once), alone, with
+it describes (written by the rule editor, encoded in a second text pass), alone, with
 the column too and the real image a negative of the edit's caption ("LACE-local pairs + real-image negative"),
 that arm with only a share of each batch's rows edited (`--local-edit-share`, `LocalEditConfig.edit_share`), and
 the arm that ships (`lace.experiment.variants.CHOSEN_BEST`: the same with artefact-symmetric round-trip

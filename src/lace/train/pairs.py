@@ -87,8 +87,8 @@ def record_changes(records: EditRecords, unit_names: list[str]) -> Changes:
 
 def pair_rows(edits: list[EditedImages], encode_texts: Callable[[list[str]], Tensor]) -> PairRows | None:
     """Every source's edits as one set of rows: slots side by side, valid where the edit is and its caption could
-    be written; the described captions are encoded in one text pass, each distinct caption once (`encode_texts`:
-    n texts -> (n, d) unit embeddings with gradient). None without any source."""
+    be written; the described captions are encoded in one text pass (`encode_texts`: n texts -> (n, d) unit
+    embeddings with gradient). None without any source."""
     if not edits:
         return None
     images = torch.cat([edit.embeddings for edit in edits], dim=1)  # (B, P, d)
@@ -98,7 +98,7 @@ def pair_rows(edits: list[EditedImages], encode_texts: Callable[[list[str]], Ten
     embedded = images.new_zeros(images.shape)
     if valid.any():
         texts = [text for row, keep in zip(captions, valid.tolist()) for text, on in zip(row, keep) if on]
-        embedded = embedded.index_put((valid,), encode_distinct(encode_texts, texts).to(images.dtype))
+        embedded = embedded.index_put((valid,), encode_texts(texts).to(images.dtype))
     if all(edit.counterparts is None for edit in edits):
         return PairRows(images, embedded, valid)
     counterparts = torch.cat([edit.embeddings.new_zeros(edit.embeddings.shape) if edit.counterparts is None
@@ -106,16 +106,6 @@ def pair_rows(edits: list[EditedImages], encode_texts: Callable[[list[str]], Ten
     has = torch.cat([torch.full(edit.valid.shape, edit.counterparts is not None, dtype=torch.bool,
                                 device=images.device) for edit in edits], dim=1)
     return PairRows(images, embedded, valid, counterparts, has)
-
-
-def encode_distinct(encode_texts: Callable[[list[str]], Tensor], texts: list[str]) -> Tensor:
-    """(n, d) `encode_texts(texts)` with each distinct text encoded once and gathered (gradient summed over copies)."""
-    distinct = list(dict.fromkeys(texts))
-    if len(distinct) == len(texts):
-        return encode_texts(texts)
-    where = {text: row for row, text in enumerate(distinct)}
-    embedded = encode_texts(distinct)
-    return embedded[torch.tensor([where[text] for text in texts], device=embedded.device)]
 
 
 def pair_term(rows: PairRows, U: Tensor, V: Tensor, logit_scale: Tensor, logit_bias: Tensor | None,
@@ -161,5 +151,5 @@ def provenance_sums(U: Tensor, V: Tensor, rows: PairRows) -> dict[str, float]:
     return {**{name: figures[name] * count if count else 0.0 for name in PROVENANCE_FIGURES}, "n": count}
 
 
-__all__ = ["PROVENANCE_FIGURES", "EditedImages", "PairRows", "describe_slots", "encode_distinct", "pair_rows", "pair_term",
+__all__ = ["PROVENANCE_FIGURES", "EditedImages", "PairRows", "describe_slots", "pair_rows", "pair_term",
            "provenance_sums", "record_changes"]
