@@ -21,7 +21,8 @@ counterparts, `local.symmetric`, every row edited), with its floor: the same pas
 layers on 1 + 2M unedited copies of each map, the text tower on M copies of each real caption as well).
 `--parts` also times the arm that ships part by part (forward parts one by one, the backward whole, and pieces
 alone, forward and backward).
-Last line: one JSON object; `lace_over_plain` names every arm timed, over its setting's plain step.
+Last line: one JSON object; `lace_over_plain` names every arm timed, over its setting's plain step;
+`vs_peer_ratio` is the arm that ships over plain, `vs_floor_ratio` over its floor.
 
     PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2] [--parts]
 """
@@ -380,7 +381,9 @@ def main() -> None:
         # every arm timed, over the plain step of its setting
         "lace_over_plain": {**{f"LACE ({r['setting']})": r["lace_over_plain"] for r in rows}, **local["over_plain"]},
         "shipped_arm": CHOSEN_BEST, "candidate_edit_share": args.local_edit_share,
-        "shipped_over_plain": shipped, "vs_peer_ratio": shipped, "peak_gb": round(peak_gb, 3),
+        "shipped_over_plain": shipped, "vs_peer_ratio": shipped,
+        "vs_floor_ratio": local["shipped_ms"] / local["shipped floor_ms"],  # the arm that ships over its no-editing floor
+        "peak_gb": round(peak_gb, 3),
     }))
 
 
