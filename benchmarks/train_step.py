@@ -13,12 +13,16 @@ batch 128 on drawn world scenes, plain against plain + M local image negatives a
 (`build_local_editor`, `LocalImagePass`), interleaved with its floor: the same step with M unedited
 copies of each map in place of the edited ones (what the extra upper-layer maps cost without any editing).
 The same setting times the pairs layout (`lace.train.pairs`): each edit a row of its own with the caption
-it describes (written by the rule editor, encoded in a second text pass), alone and as the arm that ships
-("LACE-local pairs + real-image negative": the column too, and the real image a negative of the edit's caption),
-and that arm with only a share of each batch's rows edited (`--local-edit-share`, `LocalEditConfig.edit_share`;
-it ships with every row edited). `--parts` also times that arm at the share part by part (forward parts one by one,
-the backward whole, and pieces alone, forward and backward).
-Last line: one JSON object; `lace_over_plain` names every arm timed, over its setting's plain step.
+it describes (written by the rule editor, encoded in a second text pass), alone, with
+the column too and the real image a negative of the edit's caption ("LACE-local pairs + real-image negative"),
+that arm with only a share of each batch's rows edited (`--local-edit-share`, `LocalEditConfig.edit_share`), and
+the arm that ships (`lace.experiment.variants.CHOSEN_BEST`: the same with artefact-symmetric round-trip
+counterparts, `local.symmetric`, every row edited), with its floor: the same passes with no editing (the upper
+layers on 1 + 2M unedited copies of each map, the text tower on M copies of each real caption as well).
+`--parts` also times the arm that ships part by part (forward parts one by one, the backward whole, and pieces
+alone, forward and backward).
+Last line: one JSON object; `lace_over_plain` names every arm timed, over its setting's plain step;
+`vs_peer_ratio` is the arm that ships over plain, `vs_floor_ratio` over its floor.
 
     PYTHONPATH=src python benchmarks/train_step.py [--repeats 5] [--threads 1] [--local-n-edits 2] [--parts]
 """
@@ -43,15 +47,17 @@ from lace.distributed import DistributedContext
 from lace.edits import CounterfactualEditor
 from lace.edits.captions import RuleNegatives
 from lace.encoders import load_encoder
+from lace.experiment.variants import CHOSEN_BEST
 from lace.local import LocalEditConfig, build_local_editor
 from lace.local.editor import slot_changes
+from lace.local.symmetric import counterpart_steps, real_stand_ins
 from lace.local.towers import ImageTowerSplit
 from lace.losses import clip_loss, lace_loss
 from lace.row_random import RowGenerators
 from lace.train.config import train_config
-from lace.train.local_arm import LocalImagePass, edited_rows, unedited_rows_added
+from lace.train.local_arm import LocalImagePass
 from lace.train.optim import build_optimizer
-from lace.train.pairs import EditedImages, describe_slots, pair_rows, pair_term
+from lace.train.pairs import EditedImages, PairRows, describe_slots, pair_rows, pair_term
 
 # world_batch (benchmarks/local_negatives.py) draws world scenes on the fly
 VOCABULARY = "src/lace/data/world/vocabulary.yaml"
@@ -133,12 +139,15 @@ def time_setting(name: str, model: str, batch: int, n_edits: int, repeats: int, 
 
 
 CANDIDATE_EDIT_SHARE = 0.25
-"""The share of rows the cheaper candidate of the arm that ships edits (`LocalEditConfig.edit_share`; validation
-against every row edited: docs/local_edits.md#cost)."""
+"""The share of rows the cheaper candidate of "LACE-local pairs + real-image negative" edits
+(`LocalEditConfig.edit_share`; validation against every row edited: docs/local_edits.md#cost)."""
 LOCAL_ARMS = {"local": "LACE-local", "floor": "LACE-local floor (upper layers on unedited copies)",
-              "pairs": "LACE-local pairs", "shipped": "LACE-local pairs + real-image negative",
-              "shipped, share": "LACE-local pairs + real-image negative, a share of the rows edited"}
-"""The LACE-local setting's steps by kind, as the JSON line names them (besides "plain")."""
+              "pairs": "LACE-local pairs", "real_negative": "LACE-local pairs + real-image negative",
+              "real_negative, share": "LACE-local pairs + real-image negative, a share of the rows edited",
+              "shipped": CHOSEN_BEST,
+              "shipped floor": f"{CHOSEN_BEST} floor (its tower passes on unedited copies, no editing)"}
+"""The LACE-local setting's steps by kind, as the JSON line names them (besides "plain"); "shipped" is the arm that
+ships (`CHOSEN_BEST`, the round-trip symmetric pairs)."""
 
 
 class LocalSetting:
@@ -191,17 +200,20 @@ def local_step(setting: LocalSetting, kind: str, edit_share: float, seen: dict[s
         U, V, scale = encoder(pixels, tokens, encode_images=unedited_copies)
         return lace_loss(U, V, scale, image_negatives=unedited_copies.negatives,
                          image_valid=torch.ones(batch, n_edits, dtype=torch.bool))
+    if kind == "shipped floor":
+        return shipped_floor(setting)
     # U and the local negatives from one pass of the image tower
-    share = edit_share if kind == "shipped, share" else 1.0
-    image_pass = LocalImagePass(setting.editor, encoder.model, n_edits, setting.seeds, share)
+    share = edit_share if kind == "real_negative, share" else 1.0
+    symmetric = "round_trip" if kind == "shipped" else "none"  # the arm that ships: round-trip counterparts
+    image_pass = LocalImagePass(setting.editor, encoder.model, n_edits, setting.seeds, share, symmetric)
     U, V, scale = encoder(pixels, tokens, encode_images=image_pass)
     if kind == "local":
         seen["valid"].append(float(image_pass.valid.float().mean()))
         return lace_loss(U, V, scale, image_negatives=image_pass.negatives, image_valid=image_pass.valid)
     edits = EditedImages(image_pass.negatives, image_pass.valid,
-                         describe_slots(setting.rules, setting.captions, image_pass.changes))
+                         describe_slots(setting.rules, setting.captions, image_pass.changes), image_pass.counterparts)
     rows = pair_rows([edits], encoder.encode_texts)  # the described captions in a second text pass
-    if kind == "shipped":  # what the described captions are, every row edited
+    if kind == "real_negative":  # what the described captions are, every row edited
         seen["pair_share"].append(float(rows.valid.any(dim=1).float().mean()))
         written = [text for row, keep in zip(edits.captions, rows.valid.tolist()) for text, on in zip(row, keep) if on]
         seen["distinct"].append(len(set(written)) / max(1, len(written)))  # 1: no described caption repeats
@@ -209,8 +221,25 @@ def local_step(setting: LocalSetting, kind: str, edit_share: float, seen: dict[s
     column = kind != "pairs"
     loss = lace_loss(U, V, scale, image_negatives=image_pass.negatives if column else None,
                      image_valid=image_pass.valid if column else None)
-    # the arm that ships (docs/results.md): with the column, the real image also a negative of T'
+    # the chosen pairs arm (docs/results.md): with the column, the real image (or its counterpart) a negative of T'
     return loss + pair_term(rows, U, V, scale, None, setting.one_process, real_image_negative=column)
+
+
+def shipped_floor(setting: LocalSetting) -> torch.Tensor:
+    """The loss of the arm that ships with every tower pass it runs but no editing: the upper layers on the B maps
+    and 2M unedited copies of each (edits and counterparts), the text tower on the B captions and M copies of each
+    (the described captions), the same losses."""
+    encoder, batch, n_edits = setting.encoder, setting.batch, setting.n_edits
+    split = ImageTowerSplit(encoder.model, setting.layer)
+    embeddings = split.upper(split.lower(setting.pixels).repeat(1 + 2 * n_edits, 1, 1), reference_rows=batch)
+    copies = embeddings[batch:].reshape(2 * n_edits, batch, -1).transpose(0, 1)  # (B, 2M, d)
+    texts = encoder.encode_tokens(setting.tokens.repeat(1 + n_edits, 1))
+    U, V, scale = embeddings[:batch], texts[:batch], encoder.model.logit_scale.exp()
+    valid = torch.ones(batch, n_edits, dtype=torch.bool)
+    described = texts[batch:].reshape(n_edits, batch, -1).transpose(0, 1)  # (B, M, d)
+    rows = PairRows(copies[:, :n_edits], described, valid, copies[:, n_edits:], valid)
+    loss = lace_loss(U, V, scale, image_negatives=copies[:, :n_edits], image_valid=valid)
+    return loss + pair_term(rows, U, V, scale, None, setting.one_process, real_image_negative=True)
 
 
 def time_local(setting: LocalSetting, repeats: int, edit_share: float) -> dict:
@@ -237,9 +266,10 @@ def time_local(setting: LocalSetting, repeats: int, edit_share: float) -> dict:
             "fit_images": setting.fit_images}
 
 
-def shipped_parts(setting: LocalSetting, repeats: int, edit_share: float) -> dict[str, float]:
-    """Median ms of the arm that ships, part by part (forward parts timed one by one, the backward whole), of the
-    plain step, and of pieces alone (forward and backward): where the step's time goes."""
+def shipped_parts(setting: LocalSetting, repeats: int) -> dict[str, float]:
+    """Median ms of the arm that ships (round-trip symmetric pairs, every row edited), part by part (forward parts
+    timed one by one, the backward whole), of the plain step, and of pieces alone (forward and backward): where the
+    step's time goes."""
     encoder, pixels, tokens, n_edits, batch = (setting.encoder, setting.pixels, setting.tokens, setting.n_edits,
                                                setting.batch)
     editor, split = setting.editor, ImageTowerSplit(encoder.model, setting.layer)
@@ -252,21 +282,24 @@ def shipped_parts(setting: LocalSetting, repeats: int, edit_share: float) -> dic
         return out
 
     def shipped() -> None:
-        rows = edited_rows(batch, edit_share)
         features = timed("image: lower layers (B)", lambda: split.lower(pixels))  # (B, P, C): a ResNet's, no prefix
-        edited = split.regions(features)[:rows]
-        objects = timed("editor: reader", lambda: editor.locate(encoder.model, pixels[:rows], edited, split.grid))
+        objects = timed("editor: reader", lambda: editor.locate(encoder.model, pixels, features, split.grid))
         slots = timed("editor: planner + recolour (+ effect check)", lambda: editor.steps(
-            edited, split.grid, n_edits, objects, RowGenerators(setting.seeds[:rows])))
-        maps = torch.cat([features, (edited.unsqueeze(1) + slots.steps).transpose(0, 1).flatten(0, 1)])
-        embeddings = timed("image: upper layers (B + R M maps)", lambda: split.upper(maps, reference_rows=batch))
-        U, V = embeddings[:batch], timed("text: real captions (B)", lambda: encoder.encode_tokens(tokens))
-        negatives, valid, changes = unedited_rows_added(
-            embeddings[batch:].reshape(n_edits, rows, -1).transpose(0, 1), slots.valid,
-            slot_changes(slots.kinds, slots.changes, editor.concept_names), batch)
+            features, split.grid, n_edits, objects, RowGenerators(setting.seeds)))
+        partners = timed("editor: round trips", lambda: counterpart_steps(
+            "round_trip", editor.transport, features, split.grid, objects, slots))
+        moved = features.unsqueeze(1) + torch.cat([slots.steps, partners], dim=1)  # (B, 2M, P, C)
+        maps = torch.cat([features, moved.transpose(0, 1).flatten(0, 1)])
+        embeddings = timed(f"image: upper layers ({1 + 2 * n_edits}B maps)",
+                           lambda: split.upper(maps, reference_rows=batch))
+        per_slot = embeddings[batch:].reshape(2 * n_edits, batch, -1).transpose(0, 1)  # (B, 2M, d)
+        negatives, counterparts, valid = per_slot[:, :n_edits], per_slot[:, n_edits:], slots.valid
+        U = real_stand_ins(embeddings[:batch], counterparts, valid)
+        V = timed("text: real captions (B)", lambda: encoder.encode_tokens(tokens))
+        changes = slot_changes(slots.kinds, slots.changes, editor.concept_names)
         described = timed("described captions written", lambda: describe_slots(setting.rules, setting.captions, changes))
-        pairs = timed("text: described captions", lambda: pair_rows([EditedImages(negatives, valid, described)],
-                                                                    encoder.encode_texts))
+        pairs = timed("text: described captions", lambda: pair_rows(
+            [EditedImages(negatives, valid, described, counterparts)], encoder.encode_texts))
         scale = encoder.model.logit_scale.exp()
         loss = timed("losses", lambda: lace_loss(U, V, scale, image_negatives=negatives, image_valid=valid) + pair_term(
             pairs, U, V, scale, None, setting.one_process, real_image_negative=True))
@@ -283,14 +316,15 @@ def shipped_parts(setting: LocalSetting, repeats: int, edit_share: float) -> dic
     for rep in range(repeats + 1):
         if rep == 1:
             times.clear()  # the first round warms up
-        timed("plain step", lambda: setting.update(local_step(setting, "plain", edit_share, {})))
-        timed("arm that ships at the share, step", shipped)
+        timed("plain step", lambda: setting.update(local_step(setting, "plain", 1.0, {})))
+        timed("arm that ships, step", shipped)
         alone("alone: text, B captions, fwd + bwd", lambda: encoder.encode_tokens(tokens))
+        alone(f"alone: text, {n_edits}B captions, fwd + bwd", lambda: encoder.encode_tokens(tokens.repeat(n_edits, 1)))
         alone("alone: image lower layers, B, fwd + bwd", lambda: split.lower(pixels))
         alone("alone: image upper layers, B maps, fwd + bwd",
               lambda: split.upper(unedited.clone().requires_grad_(), reference_rows=batch))
-        alone(f"alone: image upper layers, {1 + n_edits}B maps, fwd + bwd",
-              lambda: split.upper(unedited.repeat(1 + n_edits, 1, 1).requires_grad_(), reference_rows=batch))
+        alone(f"alone: image upper layers, {1 + 2 * n_edits}B maps, fwd + bwd",
+              lambda: split.upper(unedited.repeat(1 + 2 * n_edits, 1, 1).requires_grad_(), reference_rows=batch))
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -304,8 +338,8 @@ def main() -> None:
     parser.add_argument("--local-layer", default="layer1")
     parser.add_argument("--local-pretrained", default=None, help="checkpoint of lace-micro-rn-32 (e.g. the demo's base)")
     parser.add_argument("--local-edit-share", type=float, default=CANDIDATE_EDIT_SHARE,
-                        help="share of the rows edited by the cheaper candidate of the arm that ships "
-                             "(LocalEditConfig.edit_share; the arm ships with 1)")
+                        help="share of the rows edited by the cheaper candidate of LACE-local pairs + real-image "
+                             "negative (LocalEditConfig.edit_share; the arm runs with 1)")
     parser.add_argument("--local-only", action="store_true", help="time only the LACE-local setting")
     parser.add_argument("--parts", action="store_true", help="also time the arm that ships part by part")
     args = parser.parse_args()
@@ -332,22 +366,24 @@ def main() -> None:
     print(f"{'plain':<58} {local['plain_ms']:>8.1f} {1.0:>8.3f}")
     for kind, arm in LOCAL_ARMS.items():
         print(f"{arm:<58} {local[f'{kind}_ms']:>8.1f} {local['over_plain'][arm]:>8.3f}")
-    parts = shipped_parts(setting, args.repeats, args.local_edit_share) if args.parts else None
+    parts = shipped_parts(setting, args.repeats) if args.parts else None
     if parts:
-        print(f"\nthe arm that ships at edit share {args.local_edit_share}, part by part (ms, x the plain step)")
+        print(f"\nthe arm that ships ({CHOSEN_BEST}), part by part (ms, x the plain step)")
         for name, ms in parts.items():
             print(f"{name:<58} {ms:>8.1f} {ms / parts['plain step']:>8.3f}")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
     if torch.cuda.is_available():
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
-    shipped = local["over_plain"]["LACE-local pairs + real-image negative"]
+    shipped = local["over_plain"][CHOSEN_BEST]
     print(json.dumps({
         "benchmark": "train_step", "device": "cuda" if torch.cuda.is_available() else "cpu",
         "threads": args.threads, "settings": rows, "local": local, "parts_ms": parts,
         # every arm timed, over the plain step of its setting
         "lace_over_plain": {**{f"LACE ({r['setting']})": r["lace_over_plain"] for r in rows}, **local["over_plain"]},
-        "shipped_arm": "LACE-local pairs + real-image negative", "candidate_edit_share": args.local_edit_share,
-        "shipped_over_plain": shipped, "vs_peer_ratio": shipped, "peak_gb": round(peak_gb, 3),
+        "shipped_arm": CHOSEN_BEST, "candidate_edit_share": args.local_edit_share,
+        "shipped_over_plain": shipped, "vs_peer_ratio": shipped,
+        "vs_floor_ratio": local["shipped_ms"] / local["shipped floor_ms"],  # the arm that ships over its no-editing floor
+        "peak_gb": round(peak_gb, 3),
     }))
 
 

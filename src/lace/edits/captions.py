@@ -39,6 +39,9 @@ RELATION_SYNONYMS = {
 }
 # English puts "to the" before these relation words when they follow a noun phrase.
 NEEDS_TO_THE = ("left", "right")
+MENTIONS_KEPT = 25_000
+"""Captions whose mentions a `RuleNegatives` keeps found (all are dropped when it holds this many): about 1.5 KB
+each, and the demo's training split has 20,400 captions."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class RuleNegatives:
                 for prefix in ("to the ", "on the "):
                     self._add(prefix + relation, _Phrase(relation, "relation", None, False))
         self._longest = max((len(k) for k in self._phrases), default=1)
+        self._mentions: dict[str, tuple[Mention, ...]] = {}  # training describes the same captions step after step
 
     @property
     def key(self) -> tuple:
@@ -114,8 +118,16 @@ class RuleNegatives:
         """Vocabulary phrases in `caption`, left to right, longest match first, no overlaps.
 
         A word that is both an attribute and an object ("orange") counts as an attribute
-        when an object follows it, else as an object.
+        when an object follows it, else as an object. Found once per caption (kept for the next call).
         """
+        found = self._mentions.get(caption)
+        if found is None:
+            if len(self._mentions) >= MENTIONS_KEPT:
+                self._mentions.clear()
+            found = self._mentions[caption] = tuple(self._find_mentions(caption))
+        return list(found)
+
+    def _find_mentions(self, caption: str) -> list[Mention]:
         words = caption_words(caption)
         found: list[tuple[int, int, list[_Phrase]]] = []  # (first word, last word + 1, readings)
         i = 0
