@@ -37,6 +37,8 @@ same supports and codes equal to float32 rounding.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -55,6 +57,7 @@ DEPENDENT = 1e-7  # an atom whose squared distance to the support's span is belo
 # Reassociation and fused multiply-adds: maxima are exact in any order, and the tile
 # updates' rounding (which the bounds' margin covers) changes by less than float32's own.
 FAST_MATH = True
+SPECULATE = 8  # parts whose atoms' products the first step forms (filtered correlations)
 NONE = -1.0e300  # below every entry and bound; no infinities, which fast math assumes away
 
 
@@ -100,6 +103,7 @@ def omp_rows(
     sparsity: int,
     nonnegative: bool,
     tiny: float,
+    filtered: FilteredProduct | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """OMP codes of a block from its correlations (n, K) = X D^T, the Gram matrix (K, K),
     its diagonal (K,) (a contiguous copy), its `tile_maxima` (K, K / TILE) and its `quantized_gram`.
@@ -108,15 +112,53 @@ def omp_rows(
     `tiny` or the chosen atom lies in the span of the support; their remaining slots repeat
     the atom chosen at the stop with value 0. Returns indices (n, s) int64 and values
     (n, s) of the correlations' dtype.
+    `filtered`: `correlations` are only within `filtered.errors` of the product, which the kernel forms exactly
+    (as oneMKL's sgemm does, `sgemm_dots`) for the atoms it may choose; the codes are those of the product.
     """
     n = correlations.shape[0]
     indices = np.empty((n, sparsity), dtype=np.int64)
     values = np.empty((n, sparsity), dtype=correlations.dtype)
     # a tile update's rounding is at most (s + 1) float eps of the magnitudes it adds up
     margin = 4.0 * (sparsity + 1) * float(np.finfo(correlations.dtype).eps)
+    if filtered is None:
+        filtered = FilteredProduct(np.zeros((n, 1), dtype=np.float32), np.zeros((1, 1), dtype=np.float32), np.zeros(n), 0)
     _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity, nonnegative,
-              tiny, margin, indices, values, _workspace(correlations.shape[1], sparsity, correlations.dtype))
+              tiny, margin, indices, values, _workspace(correlations.shape[1], sparsity, correlations.dtype),
+              filtered.rows, filtered.atoms, filtered.errors, filtered.block,
+              _exact_workspace(correlations.shape[1], -(-filtered.rows.shape[1] // max(filtered.block, 1))))
     return indices, values
+
+
+class FilteredProduct(NamedTuple):
+    """What `omp_rows` needs when its correlations (n, K) only approximate the product X D^T: the rows X (n, d)
+    and atoms D (K, d) (float32, contiguous), a bound on |approximate - product| per row (n,) float64, and the
+    inner block of oneMKL's sgemm (`sgemm_block`); block 0: the correlations are the product itself."""
+
+    rows: np.ndarray
+    atoms: np.ndarray
+    errors: np.ndarray
+    block: int
+
+
+def sgemm_block(rows: np.ndarray, atoms: np.ndarray, product: np.ndarray) -> int:
+    """The inner block b for which `sgemm_dots` (FMA chains over b inner indices, summed) gives every entry of
+    `product` (n, K) = rows (n, d) @ atoms (K, d)^T bit for bit, or 0 when no candidate does. oneMKL's float32
+    product on AVX-512 accumulates each entry in one chain for d <= 384 and in blocks beyond (256 + 256 for
+    d = 512, blocks of 384 for d = 768 and up)."""
+    dim = rows.shape[1]
+    columns = np.arange(product.shape[1], dtype=np.int64)
+    candidates = [dim, *(-(-dim // parts) for parts in range(2, 9)), *(b for b in (384, 256, 192, 128) if b < dim)]
+    dots = np.empty(columns.shape[0], dtype=np.float32)
+    sums = np.empty(columns.shape[0] * dim, dtype=np.float32)  # a sum per atom and inner block
+    for block in dict.fromkeys(candidates):
+        if all(_matches(rows[i], atoms, columns, block, dots, sums, product[i]) for i in range(rows.shape[0])):
+            return int(block)
+    return 0
+
+
+def _matches(row, atoms, columns, block, dots, sums, expected) -> bool:
+    sgemm_dots(row, atoms, columns, columns.shape[0], block, dots, sums)
+    return bool(np.array_equal(dots, expected))
 
 
 def _workspace(n_atoms: int, sparsity: int, dtype: np.dtype) -> tuple[tuple, tuple]:
@@ -131,6 +173,67 @@ def _workspace(n_atoms: int, sparsity: int, dtype: np.dtype) -> tuple[tuple, tup
     floats = (np.empty(n_tiles), np.zeros((sparsity + 1, sparsity)), np.zeros(sparsity + 1),
               np.zeros((sparsity, sparsity)), np.empty((sparsity, sparsity)), *(np.zeros(sparsity) for _ in range(5)))
     return (np.empty(n_atoms, dtype=dtype), np.empty(sparsity, dtype=dtype), *integers), floats
+
+
+def _exact_workspace(n_atoms: int, blocks: int) -> tuple:
+    """`_omp_rows`' scratch for exact products: per atom the exact value (float64) and the row it was formed for
+    (int64, -1: none); candidate atoms and those still to form (K,) int64; their products (K,) and the sums of
+    their inner blocks (K * blocks,) float32 (`sgemm_dots`); scratch (K / PART,) int64 for part keys."""
+    return (np.empty(n_atoms), np.full(n_atoms, -1, dtype=np.int64), np.empty(n_atoms, dtype=np.int64),
+            np.empty(n_atoms, dtype=np.int64), np.empty(n_atoms, dtype=np.float32),
+            np.empty(n_atoms * blocks, dtype=np.float32), np.empty((n_atoms + PART - 1) // PART, dtype=np.int64))
+
+
+def _chains(function):
+    """`function` compiled with contraction into fused multiply-adds but no reassociation: its sums keep the
+    order they are written in."""
+    try:
+        return numba.njit(nogil=True, fastmath={"contract"}, cache=True)(function)
+    except RuntimeError:  # no cache location is writable
+        return numba.njit(nogil=True, fastmath={"contract"})(function)
+
+
+@_chains
+def sgemm_dots(row, atoms, columns, count, block, dots, sums):
+    """dots[j] = row (d,) . atoms[columns[j]] (d,) for j < count, float32, formed as oneMKL's sgemm forms an entry:
+    one FMA chain from 0 over each `block` inner indices, the chains' results added in order. `sums` (>= count *
+    ceil(d / block),) float32 is scratch. The chains of 8 atoms over one inner block run together, each in a
+    register: one chain waits on its FMAs' latency, 8 keep the core's FMA units busy."""
+    dim = row.shape[0]
+    n_blocks = (dim + block - 1) // block
+    for b in range(n_blocks):
+        start = b * block
+        stop = min(start + block, dim)
+        inner = _view(row, 0, start, stop)
+        for first in range(0, count, 8):
+            last = min(first + 8, count) - 1
+            a0 = _view(atoms, columns[first], start, stop)
+            a1 = _view(atoms, columns[min(first + 1, last)], start, stop)
+            a2 = _view(atoms, columns[min(first + 2, last)], start, stop)
+            a3 = _view(atoms, columns[min(first + 3, last)], start, stop)
+            a4 = _view(atoms, columns[min(first + 4, last)], start, stop)
+            a5 = _view(atoms, columns[min(first + 5, last)], start, stop)
+            a6 = _view(atoms, columns[min(first + 6, last)], start, stop)
+            a7 = _view(atoms, columns[min(first + 7, last)], start, stop)
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+            for k in range(stop - start):
+                value = inner[k]
+                s0 += value * a0[k]
+                s1 += value * a1[k]
+                s2 += value * a2[k]
+                s3 += value * a3[k]
+                s4 += value * a4[k]
+                s5 += value * a5[k]
+                s6 += value * a6[k]
+                s7 += value * a7[k]
+            for lane, value in enumerate((s0, s1, s2, s3, s4, s5, s6, s7)):
+                if first + lane <= last:
+                    sums[(first + lane) * n_blocks + b] = value
+    for j in range(count):
+        total = sums[j * n_blocks]
+        for b in range(1, n_blocks):
+            total = total + sums[j * n_blocks + b]
+        dots[j] = total
 
 
 @_compiled
@@ -164,13 +267,14 @@ def _tile_maxima(gram, maxima):
 
 @_compiled
 def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity, nonnegative,
-              tiny, margin, indices, values, workspace):
+              tiny, margin, indices, values, workspace, rows, atoms, row_errors, block, exact_workspace):
     n_rows, n_atoms = correlations.shape
     absolute = not nonnegative
     # every array as a view that holds no reference (`_unowned`); the caller holds them all
     correlations, gram, gram_diagonal = _unowned(correlations), _unowned(gram), _unowned(gram_diagonal)
     gram_tile_maxima, gram_codes, gram_steps = _unowned(gram_tile_maxima), _unowned(gram_codes), _unowned(gram_steps)
     indices, values = _unowned(indices), _unowned(values)
+    rows, atoms, row_errors = _unowned(rows), _unowned(atoms), _unowned(row_errors)
     residual, weights, tile_keys, part_keys, versions, support, kept = workspace[0]
     residual, weights, tile_keys, part_keys = _unowned(residual), _unowned(weights), _unowned(tile_keys), _unowned(part_keys)
     versions, support, kept = _unowned(versions), _unowned(support), _unowned(kept)
@@ -178,34 +282,41 @@ def _omp_rows(correlations, gram, gram_diagonal, gram_tile_maxima, gram_codes, g
     bounds, history, errors, factor = _unowned(bounds), _unowned(history), _unowned(errors), _unowned(factor)
     support_gram, cross, targets = _unowned(support_gram), _unowned(cross), _unowned(targets)
     coefficients, scratch, kept_targets = _unowned(coefficients), _unowned(scratch), _unowned(kept_targets)
+    exact = (_unowned(exact_workspace[0]), _unowned(exact_workspace[1]), _unowned(exact_workspace[2]),
+             _unowned(exact_workspace[3]), _unowned(exact_workspace[4]), _unowned(exact_workspace[5]), atoms, block,
+             _unowned(exact_workspace[6]))
     for row in range(n_rows):
         original = _view(correlations, row, 0, n_atoms)
+        row_error = row_errors[row] if block else 0.0
         _largest_tile_keys(original, tile_keys, part_keys, absolute)
         # the largest |X D^T| of the row, for the updates' rounding (with absolute keys, the largest key's)
         scale_key = tile_keys.max() if absolute else np.int64(_largest_key(original, True))
-        row_scale = np.float64(_key_value(scale_key, original[0]))
+        row_scale = np.float64(_key_value(scale_key, original[0])) + row_error
         versions[:] = 0
         coefficients[:] = 0.0
+        errors[0] = row_error  # stored entries of version 0 are the correlations as given
         live = np.int64(0)  # not a literal 0: numba would also compile each callee it reaches for Literal[int](0)
         chosen = 0
+        x = _view(rows, row, 0, rows.shape[1])
         for step in range(sparsity):
             if step:
                 _update_candidate_tiles(
                     original, residual, support_gram, gram_tile_maxima, gram_codes, gram_steps, support, history,
-                    errors, live, versions, tile_keys, part_keys, bounds, weights, absolute, margin,
+                    errors, live, versions, tile_keys, part_keys, bounds, weights, absolute, margin, targets,
                 )
             best, chosen = _select(original, residual, gram, support, history, errors, live, tile_keys, part_keys,
-                                   versions, absolute)
+                                   versions, absolute, x, row, exact)
             if best <= tiny or not _grow_factor(factor, cross, gram, gram_diagonal, support, step, chosen, tiny):
                 break
             support[step] = chosen
             _record_support_gram(support_gram, gram, gram_diagonal, support, step)
-            targets[step] = original[chosen]
+            targets[step] = exact[0][chosen] if block else original[chosen]
             live = step + 1
             _cholesky_solve(factor, targets, live, scratch, coefficients)
             for j in range(sparsity):
                 history[live, j] = coefficients[j] if j < live else 0.0
-            errors[live] = _quantization_error(history, support, live, gram_steps, row_scale, margin, sparsity)
+            errors[live] = row_error + _quantization_error(history, support, live, gram_steps, row_scale, margin,
+                                                           sparsity)
         last = support[live - 1] if live == sparsity else chosen
         for j in range(sparsity):
             indices[row, j] = support[j] if j < live else last
@@ -397,7 +508,7 @@ def _largest_part_keys(values, tile, part_keys, absolute):
 @_inlined
 def _update_candidate_tiles(
     original, residual, support_gram, gram_tile_maxima, gram_codes, gram_steps, support, history, errors, live,
-    versions, tile_keys, part_keys, bounds, weights, absolute, margin,
+    versions, tile_keys, part_keys, bounds, weights, absolute, margin, targets,
 ):
     """Bring up to date (version `live`) every tile that could hold an entry at least the
     largest up-to-date one, largest bound first. A tile of version 0 is still in `original`.
@@ -421,7 +532,7 @@ def _update_candidate_tiles(
         if bounds[tile] < best or bounds[tile] == NONE:
             return
         key = _update_tile(original, residual, support_gram, gram_codes, gram_steps, support, history, live,
-                           versions[tile], tile, part_keys, weights, absolute)
+                           versions[tile], tile, part_keys, weights, absolute, targets)
         tile_keys[tile] = key
         versions[tile] = live
         bounds[tile] = NONE
@@ -449,9 +560,10 @@ def _bound_tiles(gram_tile_maxima, support, history, errors, live, versions, til
 
 @_inlined
 def _update_tile(original, residual, support_gram, gram_codes, gram_steps, support, history, live, version, tile, part_keys,
-                 weights, absolute):
+                 weights, absolute, targets):
     """Bring tile `tile` from `version` to `live` with the quantized Gram; the support atoms' own entries (the
-    codes leave out the diagonal) are computed exactly. Returns the tile's largest order key."""
+    codes leave out the diagonal) are computed exactly, from their products `targets`. Returns the tile's largest
+    order key."""
     start = tile * TILE
     stop = min(start + TILE, residual.shape[0])
     part = _view(residual, 0, start, stop)
@@ -464,27 +576,30 @@ def _update_tile(original, residual, support_gram, gram_codes, gram_steps, suppo
             _subtract_codes(part, weights[j], _view(gram_codes, support[j], start, stop))
     for j in range(live):
         if start <= support[j] < stop:
-            exact = np.float64(original[support[j]])
+            entry = targets[j]
             for i in range(live):
-                exact -= history[live, i] * support_gram[i, j]
-            residual[support[j]] = exact
+                entry -= history[live, i] * support_gram[i, j]
+            residual[support[j]] = entry
     return _largest_part_keys(residual, tile, part_keys, absolute)
 
 
 @_inlined
-def _exact(original, gram, support, history, live, atom):
-    """The residual correlation of `atom`, X D^T - a_I G[I], in float64 from the float32 Gram."""
-    total = np.float64(original[atom])
+def _exact(product, gram, support, history, live, atom):
+    """The residual correlation of `atom`, X D^T - a_I G[I], in float64 from its product (X D^T)[atom] and the
+    float32 Gram."""
+    total = product
     for j in range(live):
         total -= history[live, j] * np.float64(gram[support[j], atom])
     return total
 
 
 @_inlined
-def _select(original, residual, gram, support, history, errors, live, tile_keys, part_keys, versions, absolute):
+def _select(original, residual, gram, support, history, errors, live, tile_keys, part_keys, versions, absolute, x, row,
+            exact):
     """(largest exact entry or |entry|, its first index). Entries stored within 2 errors[live] of the largest
-    stored one are recomputed exactly (`_exact`); every other entry is smaller than the largest exact one."""
-    if live == 0:
+    stored one are recomputed exactly (`_exact`); every other entry is smaller than the largest exact one. With
+    approximate correlations (exact[7], the sgemm block, not 0) their products are formed exactly first."""
+    if live == 0 and not exact[7]:
         return _first_largest(original, tile_keys, part_keys, absolute)
     like = residual[0]
     largest = NONE
@@ -492,20 +607,70 @@ def _select(original, residual, gram, support, history, errors, live, tile_keys,
         if versions[tile] == live:
             largest = max(largest, np.float64(_key_value(tile_keys[tile], like)))
     threshold = largest - 2.0 * errors[live]
-    best = NONE
-    index = 0
+    stored_values = residual if live else original
+    # the first step also forms the products of the atoms of the SPECULATE largest parts: later steps mostly choose
+    # among them, and products formed together share the core (`sgemm_dots`)
+    reach = threshold if live else min(threshold, _kth_largest_key(part_keys, SPECULATE, exact[8], like))
+    count = 0
+    candidates = exact[2]
     for part in range(part_keys.shape[0]):
-        if versions[part * PART // TILE] != live or np.float64(_key_value(part_keys[part], like)) < threshold:
+        if versions[part * PART // TILE] != live or np.float64(_key_value(part_keys[part], like)) < reach:
             continue
         for i in range(part * PART, min(part * PART + PART, residual.shape[0])):
-            stored = np.float64(residual[i])
-            if (abs(stored) if absolute else stored) >= threshold:
-                exact = _exact(original, gram, support, history, live, i)
-                score = abs(exact) if absolute else exact
-                if score > best:
-                    best = score
-                    index = i
+            stored = np.float64(stored_values[i])
+            if (abs(stored) if absolute else stored) >= reach:
+                candidates[count] = i
+                count += 1
+    if exact[7]:
+        _form_products(x, row, candidates, count, exact)
+    best = NONE
+    index = 0
+    for c in range(count):
+        i = candidates[c]
+        stored = np.float64(stored_values[i])
+        if (abs(stored) if absolute else stored) < threshold:
+            continue
+        product = exact[0][i] if exact[7] else np.float64(original[i])
+        value = _exact(product, gram, support, history, live, i)
+        score = abs(value) if absolute else value
+        if score > best:
+            best = score
+            index = i
     return best, index
+
+
+@_inlined
+def _kth_largest_key(keys, k, scratch, like):
+    """The k-th largest of the order keys `keys`, as a float of `like`'s type (the smallest key for k past them)."""
+    count = keys.shape[0]
+    for i in range(count):
+        scratch[i] = keys[i]
+    found = scratch[0]
+    for _ in range(min(k, count)):
+        position = 0
+        for i in range(1, count):
+            if scratch[i] > scratch[position]:
+                position = i
+        found = scratch[position]
+        scratch[position] = np.iinfo(np.int64).min
+    return np.float64(_key_value(found, like))
+
+
+@_inlined
+def _form_products(x, row, candidates, count, exact):
+    """exact[0][a] = the product x . atoms[a] as oneMKL's sgemm forms it, for the `count` atoms of `candidates`
+    not yet formed for `row` (exact[1][a] == row)."""
+    values, formed, pending, dots, sums, atoms, block = exact[0], exact[1], exact[3], exact[4], exact[5], exact[6], exact[7]
+    missing = 0
+    for c in range(count):
+        if formed[candidates[c]] != row:
+            pending[missing] = candidates[c]
+            missing += 1
+    if missing:
+        sgemm_dots(x, atoms, pending, missing, block, dots, sums)
+        for c in range(missing):
+            values[pending[c]] = np.float64(dots[c])
+            formed[pending[c]] = row
 
 
 @_inlined

@@ -43,6 +43,7 @@ from torch import Tensor
 from torch.profiler import record_function
 
 from lace.dictionary import fused_omp
+from lace.dictionary.bfloat16_filter import FilterProduct
 from lace.dictionary.split_product import SplitProduct
 from lace.dictionary.split_product import supported as split_product_supported
 
@@ -55,6 +56,7 @@ about 11 s (then 0.3 s from numba's disk cache); below this size the batched tor
 hundred milliseconds more over a whole fit, which does not repay that compilation."""
 CPU_BLOCK_ROWS = 1024  # rows per block on CPU (fastest measured for K = 4096: 16 MB of correlations)
 DEVICE_BLOCK_ROWS = 8192  # rows per block on an accelerator: fewer, larger kernels
+FILTER_PRODUCT = True  # the fused kernel filters with a bfloat16 product where it can (`bfloat16_filter`); same codes
 
 
 @dataclass
@@ -193,12 +195,12 @@ def _fused_omp(
 ) -> tuple[Tensor, Tensor]:
     """OMP on one block of rows with the compiled row-by-row kernel. Returns indices (n, s) and values (n, s)."""
     with record_function("omp/product"):
-        correlations = buffers.product(x, atoms)  # (n, K) X D^T: the one product
+        correlations, filtered = buffers.product(x, atoms)  # (n, K) X D^T: the one product (or its filter)
     with record_function("omp/fused_rows"):
         gram_rows, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps = buffers.gram_tables(gram)
         indices, values = fused_omp.omp_rows(
             correlations.numpy(), gram_rows, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity,
-            nonnegative, _tiny(atoms.dtype),
+            nonnegative, _tiny(atoms.dtype), filtered,
         )
     return torch.from_numpy(indices), torch.from_numpy(values)
 
@@ -317,16 +319,25 @@ class _OmpBuffers:
         self.split_product = split_product
         self._gram_tables = None
         self._split_product = None
+        self._filter = None
 
-    def product(self, x: Tensor, atoms: Tensor) -> Tensor:
-        """(n, K) X D^T for the fused kernel, in the buffer: the product in the atoms' dtype, or where asked for
-        (`split_product`) `SplitProduct`'s three bfloat16 products."""
+    def product(self, x: Tensor, atoms: Tensor) -> tuple[Tensor, fused_omp.FilteredProduct | None]:
+        """(n, K) X D^T for the fused kernel, in the buffer, and None: the product in the atoms' dtype, or where
+        asked for (`split_product`) `SplitProduct`'s three bfloat16 products. Where `FilterProduct` is usable (float32
+        on CPUs with AMX, `FILTER_PRODUCT`), its bfloat16 product instead, with what the kernel needs to form the
+        float32 entries it uses."""
         correlations = self.correlations[: x.shape[0]]
-        if not self.split_product:
-            return torch.mm(x, atoms.T, out=correlations)
-        if self._split_product is None:
-            self._split_product = SplitProduct(atoms, self.correlations.shape[0])
-        return self._split_product(x, correlations)
+        if self.split_product:
+            if self._split_product is None:
+                self._split_product = SplitProduct(atoms, self.correlations.shape[0])
+            return self._split_product(x, correlations), None
+        if FILTER_PRODUCT and atoms.dtype == torch.float32:
+            if self._filter is None:
+                self._filter = FilterProduct(atoms, self.correlations.shape[0])
+            filtered = self._filter(x, correlations) if self._filter.usable else None
+            if filtered is not None:
+                return correlations, filtered
+        return torch.mm(x, atoms.T, out=correlations), None
 
     def gram_tables(self, gram: Tensor):
         """`gram` as a (K, K) numpy array with contiguous rows, its diagonal (K,), its (K, K / TILE) tile

@@ -31,7 +31,7 @@ _ROW_MAJOR, _NO_TRANSPOSE, _TRANSPOSE = 101, 111, 112  # CBLAS enums
 
 
 @functools.cache
-def _gemm_bf16bf16f32():
+def gemm_bf16bf16f32():
     """oneMKL's C = alpha A B^T + beta C for bfloat16 A, B and float32 C, from the oneMKL that torch
     links (LP64: 32-bit sizes), or None when torch's library does not export it."""
     library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
@@ -57,7 +57,7 @@ def _cpu_has_amx_bf16() -> bool:
 
 def supported() -> bool:
     """True where the split product runs: a CPU with AMX bfloat16 tiles and oneMKL's bfloat16 product in torch."""
-    return torch.backends.mkl.is_available() and _cpu_has_amx_bf16() and _gemm_bf16bf16f32() is not None
+    return torch.backends.mkl.is_available() and _cpu_has_amx_bf16() and gemm_bf16bf16f32() is not None
 
 
 def split_rows(rows: Tensor, atoms_side: bool) -> Tensor:
@@ -96,6 +96,6 @@ class SplitProduct:
         high.copy_(operand[:, :dim])
         operand[:, dim : 2 * dim].copy_(torch.sub(rows, high, out=high))
         width = 3 * dim
-        _gemm_bf16bf16f32()(_ROW_MAJOR, _NO_TRANSPOSE, _TRANSPOSE, n, n_atoms, width, 1.0, operand.data_ptr(),
+        gemm_bf16bf16f32()(_ROW_MAJOR, _NO_TRANSPOSE, _TRANSPOSE, n, n_atoms, width, 1.0, operand.data_ptr(),
                             width, self.atoms.data_ptr(), width, 0.0, out.data_ptr(), n_atoms)
         return out
