@@ -26,6 +26,7 @@ from torch import Tensor
 
 from lace.dictionary import fused_omp, split_product
 
+BLOCK_ROWS = 256  # rows per product and kernel call: their 4 MB of correlations are still in the caches when read
 MIN_ROWS = 32  # smaller blocks keep the float32 product: oneMKL's sgemm takes another path for a few rows
 PROBE_ROWS = 32
 LARGEST = 2.0**50  # rows longer than this keep the float32 product (their squares' sums stay in float32's range)

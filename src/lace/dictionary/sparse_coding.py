@@ -43,7 +43,7 @@ from torch import Tensor
 from torch.profiler import record_function
 
 from lace.dictionary import fused_omp
-from lace.dictionary.bfloat16_filter import FilterProduct
+from lace.dictionary.bfloat16_filter import BLOCK_ROWS, FilterProduct
 from lace.dictionary.split_product import SplitProduct
 from lace.dictionary.split_product import supported as split_product_supported
 
@@ -193,16 +193,20 @@ def _check_split_product(method: str, kernel: str | None, atoms: Tensor) -> None
 def _fused_omp(
     x: Tensor, atoms: Tensor, gram: Tensor, sparsity: int, nonnegative: bool, buffers: _OmpBuffers
 ) -> tuple[Tensor, Tensor]:
-    """OMP on one block of rows with the compiled row-by-row kernel. Returns indices (n, s) and values (n, s)."""
-    with record_function("omp/product"):
-        correlations, filtered = buffers.product(x, atoms)  # (n, K) X D^T: the one product (or its filter)
-    with record_function("omp/fused_rows"):
-        gram_rows, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps = buffers.gram_tables(gram)
-        indices, values = fused_omp.omp_rows(
-            correlations.numpy(), gram_rows, gram_diagonal, gram_tile_maxima, gram_codes, gram_steps, sparsity,
-            nonnegative, _tiny(atoms.dtype), filtered,
-        )
-    return torch.from_numpy(indices), torch.from_numpy(values)
+    """OMP on one block of rows with the compiled row-by-row kernel. Returns indices (n, s) and values (n, s).
+    With the bfloat16 filter the block goes in parts of `bfloat16_filter.BLOCK_ROWS` rows, product then kernel."""
+    step = BLOCK_ROWS if buffers.filter(atoms) is not None else max(x.shape[0], 1)
+    gram_tables = buffers.gram_tables(gram)
+    indices, values = [], []
+    for start in range(0, x.shape[0], step):
+        with record_function("omp/product"):
+            correlations, filtered = buffers.product(x[start : start + step], atoms)  # (n, K) X D^T or its filter
+        with record_function("omp/fused_rows"):
+            part = fused_omp.omp_rows(correlations.numpy(), *gram_tables, sparsity, nonnegative, _tiny(atoms.dtype),
+                                      filtered)
+        indices.append(torch.from_numpy(part[0]))
+        values.append(torch.from_numpy(part[1]))
+    return torch.cat(indices), torch.cat(values)
 
 
 def _tiny(dtype: torch.dtype) -> float:
@@ -331,13 +335,20 @@ class _OmpBuffers:
             if self._split_product is None:
                 self._split_product = SplitProduct(atoms, self.correlations.shape[0])
             return self._split_product(x, correlations), None
-        if FILTER_PRODUCT and atoms.dtype == torch.float32:
-            if self._filter is None:
-                self._filter = FilterProduct(atoms, self.correlations.shape[0])
-            filtered = self._filter(x, correlations) if self._filter.usable else None
-            if filtered is not None:
-                return correlations, filtered
+        filtering = self.filter(atoms)
+        filtered = filtering(x, correlations) if filtering is not None else None
+        if filtered is not None:
+            return correlations, filtered
         return torch.mm(x, atoms.T, out=correlations), None
+
+    def filter(self, atoms: Tensor) -> FilterProduct | None:
+        """The fused kernel's `FilterProduct` for `atoms`, where it runs (`FILTER_PRODUCT`, float32 atoms, no split
+        product asked for, `FilterProduct.usable`); else None."""
+        if not FILTER_PRODUCT or self.split_product or atoms.dtype != torch.float32:
+            return None
+        if self._filter is None:
+            self._filter = FilterProduct(atoms, self.correlations.shape[0])
+        return self._filter if self._filter.usable else None
 
     def gram_tables(self, gram: Tensor):
         """`gram` as a (K, K) numpy array with contiguous rows, its diagonal (K,), its (K, K / TILE) tile
