@@ -19,7 +19,10 @@ same as wall time, and on a shared one not inflated by waiting for a core); wall
 the JSON too. Times include the Gram matrix D D^T. One thread; everything is run once untimed
 first. On CPU lace runs its fused kernel, compiled with numba: its first call (compilation, or a
 load from numba's on-disk cache) is timed apart and not in the figures; --kernel torch times the
-batched torch kernel instead. On a CPU with AMX the table adds lace with the split bfloat16
+batched torch kernel instead. On a CPU with AMX lace's fused kernel filters with one bfloat16 product
+(`lace.dictionary.bfloat16_filter`) and forms the float32 entries it uses as oneMKL's sgemm does, so its codes are
+those of the float32 product: the table adds lace with the float32 product itself ("before the filter") and
+counts the rows whose codes differ from it (0 expected). On such a CPU the table also adds lace with the split bfloat16
 product (`lace.dictionary.split_product`, opt-in: `encode(..., split_product=True)`) and that product
 alone, and counts the rows whose codes differ from lace's with its own product; --split-product
 makes lace's own rows (and the profile) use it too.
@@ -56,7 +59,7 @@ from sklearn.decomposition import sparse_encode
 from threadpoolctl import threadpool_info, threadpool_limits
 from torch.profiler import ProfilerActivity, profile
 
-from lace.dictionary import fused_omp, split_product
+from lace.dictionary import bfloat16_filter, fused_omp, sparse_coding, split_product
 from lace.dictionary.sparse_coding import (
     CPU_BLOCK_ROWS,
     DEVICE_BLOCK_ROWS,
@@ -208,12 +211,13 @@ def torch_config_line(prefix: str) -> str | None:
                  if line.strip(" -").startswith(prefix)), None)
 
 
-def kernels(floor_block, lace_block, split: bool) -> dict:
+def kernels(floor_block, lace_block, split: bool, filtered: bool, dim: int, n_atoms: int) -> dict:
     """Which kernels this run used: the kernels oneMKL and oneDNN report for one block of the floor and of lace
     (their verbose output: function, thread count), torch's oneMKL (version, instruction set, threading layer)
     and oneDNN, every thread pool threadpoolctl finds (numpy's and scipy's BLAS, scikit-learn's peer only;
     torch's OpenMP; torch's oneMKL is linked into torch and invisible to it), numba's target CPU (the fused
-    kernel), lace's product (`split`: the split bfloat16 one) and the OpenBLAS overrides in force."""
+    kernel), lace's product (`split`: the split bfloat16 one; `filtered`: the bfloat16 filter, for (d, K) = `dim`,
+    `n_atoms`) and the OpenBLAS overrides in force."""
     calls = verbose_calls({"describe": lambda: torch.ones(8, 8) @ torch.ones(8, 8), "floor": floor_block,
                            "lace": lace_block})
     mkl = next((line.removeprefix("MKL_VERBOSE ").strip() for line in calls.get("describe", [])
@@ -231,7 +235,10 @@ def kernels(floor_block, lace_block, split: bool) -> dict:
                        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()},
         "floor_calls": call_summary(calls.get("floor", [])),
         "lace_calls": call_summary(calls.get("lace", [])),
-        "lace_product": "split bfloat16 (3 products, AMX)" if split else "float32",
+        "lace_product": ("split bfloat16 (3 products, AMX)" if split else
+                         f"bfloat16 filter (1 product, AMX; {bfloat16_filter.BLOCK_ROWS} rows a call) + candidates' "
+                         f"float32 entries as FMA chains in oneMKL sgemm's order (inner blocks of "
+                         f"{bfloat16_filter.sgemm_block(dim, n_atoms)})" if filtered else "float32 (oneMKL sgemm)"),
         "threadpools": [{key: pool.get(key) for key in ("user_api", "internal_api", "version", "threading_layer",
                                                          "num_threads", "architecture", "prefix")}
                         for pool in threadpool_info()],
@@ -288,6 +295,8 @@ def main() -> int:
     split_ran = fused and atoms.dtype == torch.float32 and split_product.supported()
     if args.split_product and not split_ran:
         parser.error("--split-product: needs the fused kernel on a CPU with AMX bfloat16 (split_product.supported())")
+    filter_ran = (fused and not args.split_product and atoms.dtype == torch.float32
+                  and bfloat16_filter.FilterProduct(atoms, 1).usable)
     compile_s, compile_source = first_call_seconds(x, atoms, args.sparsity) if fused else (0.0, "")
     block_rows = args.chunk_size or (CPU_BLOCK_ROWS if device.type == "cpu" else DEVICE_BLOCK_ROWS)
 
@@ -297,10 +306,14 @@ def main() -> int:
                 x[start : start + rows] @ atoms.T
         return product
 
-    def lace(nonnegative: bool, split: bool = args.split_product):
+    def lace(nonnegative: bool, split: bool = args.split_product, filtered: bool = True):
         def run():
-            return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
-                          kernel=args.kernel, split_product=split)
+            sparse_coding.FILTER_PRODUCT = filtered  # the library's switch; on unless this run is the float32 one
+            try:
+                return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+                              kernel=args.kernel, split_product=split)
+            finally:
+                sparse_coding.FILTER_PRODUCT = True
         return run
 
     def own_product() -> None:  # the split product alone, as lace's fused kernel runs it, block by block
@@ -315,11 +328,12 @@ def main() -> int:
         for nonnegative in (False, True):
             encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
                    kernel=args.kernel, split_product=split)
-    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_split",
-                                                          "split_product_alone")}
+    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_float32",
+                                                          "plain_split", "split_product_alone")}
     floor_before: dict[str, list[float]] = {name: [] for name in times}  # the floor timed just before each
     walls: dict[str, list[float]] = {name: [] for name in times}
     runs = [("plain", lace(False)), ("nonnegative", lace(True))]
+    runs += [("plain_float32", lace(False, filtered=False))] if filter_ran else []
     runs += [("plain_split", lace(False, split=True)), ("split_product_alone", own_product)] if split_ran else []
     results = {}
     for _ in range(args.repeats):  # alternated, so that a busy machine slows them alike
@@ -340,6 +354,9 @@ def main() -> int:
     median_ratio = {name: statistics.median(t / f for t, f in zip(times[name], floor_before[name]))
                     for name in times if times[name] and name != "floor"}
     split_gap = split_support_gap(results["plain_split"], codes) if split_ran else None
+    filter_gap = split_support_gap(codes, results["plain_float32"]) if filter_ran else None
+    if filter_ran:
+        filter_gap["rows_other_values"] = int((codes.values != results["plain_float32"].values).any(1).sum())
     load = os.getloadavg()
 
     subset = x[: args.peer_n].cpu()
@@ -367,7 +384,7 @@ def main() -> int:
     block = x[:block_rows]
     ran = kernels(lambda: block @ atoms.T,
                   lambda: encode(block, atoms, args.sparsity, kernel=args.kernel, split_product=args.split_product),
-                  args.split_product)
+                  args.split_product, filter_ran, args.dim, args.atoms)
     lace_rate, peer_rate = args.n / lace_s, args.peer_n / peer_s
 
     timing = "CPU" if device.type == "cpu" else "wall"
@@ -378,6 +395,7 @@ def main() -> int:
     print(f"{'coder':<40}{'rows/s':>10}{'rel. error':>12}{'time (s)':>10}{'x floor':>9}{'median':>8}")
     print(f"{'floor: one (N,d)x(d,K) float32 product':<40}{args.n / floor_s:>10.0f}{'':>12}{floor_s:>10.2f}{1:>9.2f}")
     labels = {"plain": ("lace OMP (signs free)", lace_error), "nonnegative": ("lace non-negative OMP", nonneg_error),
+              "plain_float32": ("lace OMP, float32 product (no filter)", None),
               "plain_split": ("lace OMP, split bf16 product (opt-in)", None),
               "split_product_alone": ("the split bf16 product alone", None)}
     for name, (label, error) in labels.items():
@@ -391,6 +409,10 @@ def main() -> int:
         print(f"split product against lace's own product, signs-free codes of all {split_gap['rows']} rows: "
               f"{split_gap['rows_other_atoms']} rows with other atoms, {split_gap['rows_other_order']} with the "
               f"same atoms in another order; largest code difference {split_gap['max_code_difference']:.2e}")
+    if filter_gap:
+        print(f"lace (bfloat16 filter) against lace with the float32 product, signs-free codes of all {filter_gap['rows']}"
+              f" rows: {filter_gap['rows_other_atoms']} rows with other atoms, {filter_gap['rows_other_order']} in "
+              f"another order, {filter_gap['rows_other_values']} with other values (bits)")
     print(f"largest code difference lace vs scikit-learn on the subset: {code_gap:.2e}")
     print_kernels(ran)
     if compile_s:
@@ -425,6 +447,8 @@ def main() -> int:
         "split_product_alone_vs_floor_ratio": round(min(times["split_product_alone"]) / floor_s, 2)
         if split_ran else None,
         "split_product_codes": split_gap,
+        "float32_product_vs_floor_ratio": round(min(times["plain_float32"]) / floor_s, 2) if filter_ran else None,
+        "filter_against_float32_product_codes": filter_gap,
         "timing": "process CPU time, best of repeats" if device.type == "cpu" else "wall time, best of repeats",
         "seconds": {name: [round(value, 3) for value in values] for name, values in times.items()},
         "wall_s": {"floor": round(wall_floor_s, 2), "lace": round(wall_lace_s, 2),
