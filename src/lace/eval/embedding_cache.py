@@ -129,3 +129,13 @@ class EmbeddingCache:
 def _parse_key(name: str) -> ImageKey:
     path, box = json.loads(name)
     return path, tuple(box) if box is not None else None
+
+
+def decode_images(keys: Sequence[ImageKey], preprocess, pixels: dict[str, torch.Tensor]) -> None:
+    """Put the (3, H, W) `preprocess`ed pixels of each image of `keys` not there yet into `pixels`, named as the
+    caches given `pixels` (`EmbeddingCache(pixels=...)`) look them up: images decoded ahead, once for every model
+    of one architecture."""
+    for key in keys:
+        name = _key_text(key)
+        if name not in pixels:
+            pixels[name] = preprocess(load_image(key))
