@@ -19,6 +19,7 @@ from PIL import Image
 from lace.data.dataset import open_rgb
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
+from lace.encoders.preprocess import preprocess_images
 from lace.errors import LaceInputError
 from lace.io import atomic_path
 from lace.progress import bar as progress_bar
@@ -135,7 +136,5 @@ def decode_images(keys: Sequence[ImageKey], preprocess, pixels: dict[str, torch.
     """Put the (3, H, W) `preprocess`ed pixels of each image of `keys` not there yet into `pixels`, named as the
     caches given `pixels` (`EmbeddingCache(pixels=...)`) look them up: images decoded ahead, once for every model
     of one architecture."""
-    for key in keys:
-        name = _key_text(key)
-        if name not in pixels:
-            pixels[name] = preprocess(load_image(key))
+    todo = {name: key for name, key in ((_key_text(key), key) for key in keys) if name not in pixels}
+    pixels.update(zip(todo, preprocess_images(preprocess, [load_image(key) for key in todo.values()])))
