@@ -57,7 +57,7 @@ from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
-from lace.experiment.parallel import Stage, run_stages
+from lace.experiment.parallel import Preparation, Stage, run_stages
 from lace.experiment.protocol import ArmStages, Measure, Run, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
@@ -185,18 +185,13 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
 
     foundation = run_foundation(config, out, runner, train_pairs)  # stages 1-3
     labelled = load_labelled_dictionary(foundation.dictionary_dir)
-    measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
+    measured = _measure_the_base(config, out, runner, foundation, labelled, pixel_encoder)  # stage 4, the base's share of 6
     coco = train_pairs(foundation.world_dir, "coco")
     provenance = _provenance(config, foundation, coco, pixel_encoder, decoded) if measures_provenance(config) else None
     arms = _demo_arms(config, out, foundation, labelled, measured, coco, pixel_encoder, decoded, provenance)
     editors = _local_editor_stages(config, out, foundation, coco, arms)
     stages, wise_ft = _stages_after_the_base(config, out, foundation, labelled, measured, arms, editors)  # stages 5-7
     provenance_stages = _provenance_stages(runner, foundation, arms, provenance) if provenance else []
-    evaluations = [measured.base_evaluation, *(stage for run in arms.runs for stage in arms.measure_stages(run, ("eval",)))]
-    if not all(runner.done(stage.name, stage.key) for stage in evaluations):  # read and decode once for them all
-        runner.timed("prepare evaluations", partial(
-            prepare_world_evaluation, foundation.world_dir, foundation.vocabulary, pixel_encoder, config.seed,
-            pixels=measured.eval_pixels, inputs=measured.eval_inputs))
     parent_stages = list(runner.wall_times)  # the rest run side by side
     results = run_stages(runner, stages + provenance_stages, config.workers, config.progress)
     measured.evaluations["base"] = results[BASE_EVALUATION]
@@ -236,14 +231,17 @@ class BaseMeasures:
     """`evaluate_on_world` results by model: the base's, then each fine-tune's (filled after their stages)."""
     base_evaluation: Stage
     """The stage measuring the base on the world (`evaluate_on_world`), run side by side with the fine-tunes."""
+    preparation: Preparation
+    """What every evaluation shares, read and decoded once in this process before the first evaluation starts
+    (`lace.demo.evaluation.prepare_world_evaluation`)."""
 
 
 BASE_EVALUATION = "eval base"
 """The stage name of the base's `evaluate_on_world`."""
 
 
-def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
-                      labelled) -> BaseMeasures:
+def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation, labelled,
+                      pixel_encoder: DualEncoder) -> BaseMeasures:
     """Edit retrieval and the base's zero-shot figures, each one cached stage run here; and the stage of the base's
     evaluation, run side by side with the fine-tunes."""
     world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
@@ -260,12 +258,17 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
     # keys include the dictionary's.
     editor = build_editor(labelled, EditConfig(kinds=EDIT_KINDS))
     # every model is one architecture: each evaluation image is decoded once for all, in this process, before the
-    # evaluations are forked off (`run_demo`)
+    # first evaluation is forked off
     eval_pixels: dict = {}
     eval_inputs: dict = {}
+    preparation = Preparation("prepare evaluations", partial(
+        prepare_world_evaluation, world_dir, vocabulary, pixel_encoder, config.seed, pixels=eval_pixels,
+        inputs=eval_inputs))
     base_evaluation = Stage(BASE_EVALUATION, stage_key(foundation.base_key, foundation.dictionary_key, "eval"), partial(
-        _evaluate, encoder, "base", world_dir, vocabulary, editor, config.seed, eval_pixels, eval_inputs))
-    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, eval_inputs, zeroshot, {}, base_evaluation)
+        _evaluate, encoder, "base", world_dir, vocabulary, editor, config.seed, eval_pixels, eval_inputs),
+        preparation=preparation)
+    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, eval_inputs, zeroshot, {}, base_evaluation,
+                        preparation)
 
 
 def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
@@ -282,7 +285,8 @@ def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation
     finetunes = [replace(arms.train_stage(run), after=(editors[run.seed].name,)) if edits_locally(run.arm)
                  else arms.train_stage(run)
                  for run in sorted(arms.runs, key=lambda run: negative_sources(run.arm), reverse=True)]
-    measures = [stage for run in arms.runs for stage in arms.measure_stages(run, ("eval", "zeroshot"))]
+    measures = [replace(stage, preparation=measured.preparation) if stage.name == run.stage("eval") else stage
+                for run in arms.runs for stage in arms.measure_stages(run, ("eval", "zeroshot"))]
     return [*editors.values(), *finetunes, *([wise_ft] if isinstance(wise_ft, Stage) else []),
             measured.base_evaluation, grids, *measures], wise_ft
 
