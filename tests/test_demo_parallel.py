@@ -10,7 +10,7 @@ from lace.config import with_changes
 from lace.demo import DemoConfig, run_demo
 from lace.demo.config import DEMO_DICTIONARY, DEMO_FINETUNE
 from lace.errors import LaceInputError
-from lace.experiment.parallel import Stage, StageFailed, run_stages
+from lace.experiment.parallel import Preparation, Stage, StageFailed, run_stages
 from lace.experiment.stages import StageRunner
 
 # one thread in this process too, so that every stage runs with the thread count it has in a worker
@@ -105,3 +105,27 @@ def test_an_error_that_cannot_travel_comes_back_as_its_text(tmp_path):
     with pytest.raises(StageFailed, match="LocalError: the atoms are not unit vectors") as raised:
         run_stages(_runner(tmp_path), [Stage("odd", "1", fail)], workers=2, progress=False)
     assert any("Traceback" in note for note in raised.value.__notes__)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_preparation_runs_once_here_before_its_first_stage_and_not_when_they_are_cached(tmp_path, workers):
+    shared: dict = {}
+    calls = []
+
+    def prepare():
+        calls.append(os.getpid())
+        shared["inputs"] = [1, 2, 3]
+
+    preparation = Preparation("read inputs", prepare)
+    stages = [Stage("train", "1", lambda: {"pid": os.getpid()}),
+              Stage("eval a", "1", lambda: {"sum": sum(shared["inputs"])}, preparation=preparation),
+              Stage("eval b", "1", lambda: {"count": len(shared["inputs"])}, preparation=preparation)]
+    runner = _runner(tmp_path)
+    results = run_stages(runner, stages, workers=workers, progress=False)
+    assert results["eval a"] == {"sum": 6} and results["eval b"] == {"count": 3}  # the workers saw what it made
+    assert calls == [os.getpid()]  # once, in this process
+    assert list(runner.wall_times) == ["train", "read inputs", "eval a", "eval b"]
+    assert "read inputs" not in runner.reused and runner.cpu_times["read inputs"] >= 0
+    again = _runner(tmp_path)
+    assert run_stages(again, stages, workers=workers, progress=False) == results
+    assert calls == [os.getpid()] and "read inputs" not in again.wall_times  # every stage cached: not prepared

@@ -14,12 +14,19 @@ from lace.encoders.base import DualEncoder
 from lace.eval.benchmarks.retrieval import dataset_embeddings
 from lace.eval.benchmarks.winoground import winoground_score_tensor
 from lace.eval.benchmarks.world import WorldItems, binding_correct
-from lace.eval.embedding_cache import EmbeddingCache
+from lace.eval.brittleness import rule_edits
+from lace.eval.embedding_cache import EmbeddingCache, ImageKey, decode_images
 from lace.eval.measure import MeasureConfig, MeasuredSplit, measure
 from lace.eval.metrics import recall_hits, winoground_correct
 from lace.eval.neighbours import cross_neighbours
 from lace.eval.reciprocity import one_way_flags
-from lace.eval.runner import EvalConfig, LoadedBenchmarks, load_benchmarks, run_evaluation
+from lace.eval.runner import (
+    EvalConfig,
+    LoadedBenchmarks,
+    load_benchmarks,
+    rule_negatives,
+    run_evaluation,
+)
 
 EVAL_SPLITS = ("val", "test", "test_comp")
 
@@ -46,6 +53,38 @@ def split_inputs(world_dir: Path, split: str, vocabulary: str, seed: int = 0, k:
     )
     loaded = load_benchmarks(config)
     return SplitInputs(config, loaded, world_split(world_dir, split, "coco"), loaded["world"][1])
+
+
+def prepare_world_evaluation(world_dir: Path, vocabulary: str, encoder: DualEncoder, seed: int = 0, k: int = 10,
+                             pixels: dict | None = None, inputs: dict | None = None) -> None:
+    """What `evaluate_on_world` does first for the first model of an architecture, done ahead: read each split's
+    `SplitInputs` into `inputs`, decode every image they name into `pixels` with `encoder.preprocess`, make each
+    split's rule-made caption edits and tokenize every caption (both kept per process). Evaluations forked off
+    afterwards inherit all of it and only embed and score. `encoder`: any model of the architecture."""
+    inputs = {} if inputs is None else inputs
+    for split in EVAL_SPLITS:
+        if split not in inputs:
+            inputs[split] = split_inputs(Path(world_dir), split, vocabulary, seed, k)
+        shared = inputs[split]
+        if pixels is not None:
+            decode_images(split_images(shared), encoder.preprocess, pixels)
+        captions = shared.loaded["retrieval"][1].dataset.captions  # the set the diagnostics measure
+        negatives = rule_negatives(shared.config)
+        edited, _ = rule_edits(negatives, tuple(captions), tuple(negatives.kinds), MeasureConfig().rule_captions,
+                               shared.config.seed)
+        items = shared.items
+        encoder.tokenize([*items.captions, *items.negative_captions,
+                          *(caption for pair in items.winoground.captions for caption in pair),
+                          *captions, *shared.dataset.captions, *edited])
+
+
+def split_images(shared: SplitInputs) -> list[ImageKey]:
+    """Every image an evaluation of split `shared` embeds: its binding items', its Winoground quadruples' and its
+    image-caption set's (retrieval, and the geometry and brittleness measured on it)."""
+    items, retrieval = shared.items, shared.loaded["retrieval"][1].dataset
+    paths = [*items.images, *items.negative_images, *(path for pair in items.winoground.image_paths for path in pair),
+             *(str(record.image_path) for dataset in (retrieval, shared.dataset) for record in dataset.records)]
+    return [(path, None) for path in dict.fromkeys(paths)]
 
 
 def evaluate_on_world(

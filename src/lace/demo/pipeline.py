@@ -7,10 +7,11 @@ retrieval; 5. fine-tune in every variant from the base with the same data order;
 7. with --full (or chosen arms), mix plain and LACE back into the base (WiSE-FT) at a few alphas; 8. write the
 report.
 
-Stages 1-4 and the base's evaluations run in this process with `threads` threads; the fine-tunes (the local
-arms after the one editor they share, `lace.demo.local_editor_stage`), their evaluations, the edit grids and
-WiSE-FT do not depend on each other beyond their own order and run side by side in `workers` one-thread
-processes (`lace.experiment.parallel`).
+Stages 1-4 and the base's zero-shot figures run in this process with `threads` threads; the fine-tunes (the local
+arms after the one editor they share, `lace.demo.local_editor_stage`), the evaluations (the base's and each
+fine-tune's), the edit grids and WiSE-FT do not depend on each other beyond their own order and run side by side
+in `workers` one-thread processes (`lace.experiment.parallel`), forked after this process has read and decoded
+what every evaluation shares (`lace.demo.evaluation.prepare_world_evaluation`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from lace.demo.dictionary_stage import (
     edit_retrieval_stage,
     fit_dictionary,
 )
-from lace.demo.evaluation import evaluate_on_world
+from lace.demo.evaluation import evaluate_on_world, prepare_world_evaluation
 from lace.demo.local_editor_stage import (
     editor_file,
     edits_locally,
@@ -56,7 +57,7 @@ from lace.encoders import load_encoder
 from lace.encoders.base import DualEncoder
 from lace.errors import LaceInputError
 from lace.eval.runner import EvalConfig
-from lace.experiment.parallel import Stage, run_stages
+from lace.experiment.parallel import Preparation, Stage, run_stages
 from lace.experiment.protocol import ArmStages, Measure, Run, runs
 from lace.experiment.stages import StageRunner, stage_key
 from lace.experiment.variants import (
@@ -184,7 +185,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
 
     foundation = run_foundation(config, out, runner, train_pairs)  # stages 1-3
     labelled = load_labelled_dictionary(foundation.dictionary_dir)
-    measured = _measure_the_base(config, out, runner, foundation, labelled)  # stage 4, the base's share of 6
+    measured = _measure_the_base(config, out, runner, foundation, labelled, pixel_encoder)  # stage 4, the base's share of 6
     coco = train_pairs(foundation.world_dir, "coco")
     provenance = _provenance(config, foundation, coco, pixel_encoder, decoded) if measures_provenance(config) else None
     arms = _demo_arms(config, out, foundation, labelled, measured, coco, pixel_encoder, decoded, provenance)
@@ -193,6 +194,7 @@ def run_demo(config: DemoConfig, out: str | Path, log=print, decoded: dict[str, 
     provenance_stages = _provenance_stages(runner, foundation, arms, provenance) if provenance else []
     parent_stages = list(runner.wall_times)  # the rest run side by side
     results = run_stages(runner, stages + provenance_stages, config.workers, config.progress)
+    measured.evaluations["base"] = results[BASE_EVALUATION]
     for run, evaluation in arms.results(results, "eval").items():
         measured.evaluations[run.label] = evaluation
     for run, zeroshot in arms.results(results, "zeroshot").items():
@@ -226,12 +228,22 @@ class BaseMeasures:
     zeroshot: dict
     """Zero-shot figures by model: the base's, then each fine-tune's."""
     evaluations: dict
-    """`evaluate_on_world` results by model: the base's, then each fine-tune's."""
+    """`evaluate_on_world` results by model: the base's, then each fine-tune's (filled after their stages)."""
+    base_evaluation: Stage
+    """The stage measuring the base on the world (`evaluate_on_world`), run side by side with the fine-tunes."""
+    preparation: Preparation
+    """What every evaluation shares, read and decoded once in this process before the first evaluation starts
+    (`lace.demo.evaluation.prepare_world_evaluation`)."""
 
 
-def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation,
-                      labelled) -> BaseMeasures:
-    """Edit retrieval, and the base's zero-shot figures and evaluation, each one cached stage."""
+BASE_EVALUATION = "eval base"
+"""The stage name of the base's `evaluate_on_world`."""
+
+
+def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, foundation: Foundation, labelled,
+                      pixel_encoder: DualEncoder) -> BaseMeasures:
+    """Edit retrieval and the base's zero-shot figures, each one cached stage run here; and the stage of the base's
+    evaluation, run side by side with the fine-tunes."""
     world_dir, vocabulary, encoder = foundation.world_dir, foundation.vocabulary, foundation.encoder
     edit_key = stage_key(foundation.dictionary_key, config.finetune.negatives.edit.strength, config.finetune.negatives.edit.n_edits)
     edits = runner.run("edit_retrieval", edit_key, lambda: edit_retrieval_stage(
@@ -245,33 +257,38 @@ def _measure_the_base(config: DemoConfig, out: Path, runner: StageRunner, founda
     # dictionary, so that every model and every setting of the LACE knobs is measured alike; evaluation
     # keys include the dictionary's.
     editor = build_editor(labelled, EditConfig(kinds=EDIT_KINDS))
-    # every model is one architecture: each evaluation image is decoded once for all, here, before the
-    # fine-tunes' evaluations are forked off
+    # every model is one architecture: each evaluation image is decoded once for all, in this process, before the
+    # first evaluation is forked off
     eval_pixels: dict = {}
     eval_inputs: dict = {}
-    evaluations = {"base": runner.run(
-        "eval base", stage_key(foundation.base_key, foundation.dictionary_key, "eval"), lambda: evaluate_on_world(
-            encoder, "base", world_dir, vocabulary, editor, INSTRUMENT_EDITS, config.seed, pixels=eval_pixels,
-            inputs=eval_inputs))}
-    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, eval_inputs, zeroshot, evaluations)
+    preparation = Preparation("prepare evaluations", partial(
+        prepare_world_evaluation, world_dir, vocabulary, pixel_encoder, config.seed, pixels=eval_pixels,
+        inputs=eval_inputs))
+    base_evaluation = Stage(BASE_EVALUATION, stage_key(foundation.base_key, foundation.dictionary_key, "eval"), partial(
+        _evaluate, encoder, "base", world_dir, vocabulary, editor, config.seed, eval_pixels, eval_inputs),
+        preparation=preparation)
+    return BaseMeasures(edits, zeroshot_config, editor, eval_pixels, eval_inputs, zeroshot, {}, base_evaluation,
+                        preparation)
 
 
 def _stages_after_the_base(config: DemoConfig, out: Path, foundation: Foundation, labelled, measured: BaseMeasures,
                            arms: ArmStages, editors: dict[int, Stage]) -> tuple[list[Stage], Stage | dict]:
     """The stages that run side by side: the local arms' shared editors (by seed), every fine-tune (costliest arm
-    first; a local arm after its editor), WiSE-FT, the edit grids, then each fine-tune's evaluation and zero-shot;
-    with the WiSE-FT stage (or the summary saying why it was skipped)."""
+    first; a local arm after its editor), WiSE-FT, the base's evaluation, the edit grids, then each fine-tune's
+    evaluation and zero-shot; with the WiSE-FT stage (or the summary saying why it was skipped)."""
     grids = Stage("edit_grids", stage_key(foundation.dictionary_key, config_to_dict(config.finetune.negatives.edit), "grids"),
                   partial(edit_grids_stage, labelled, foundation.encoder, foundation.world_dir, config, out / "figures"))
     wise_ft = _wise_ft(config, out, foundation.base_key, arms, measured.zeroshot_config)
     # The longest stages start first, so that none runs alone at the end: the fine-tunes, costliest arm first,
-    # then WiSE-FT (a dozen models scored), then the rest.
+    # then WiSE-FT (a dozen models scored), then the rest; a stage waiting for another leaves its place to the next
+    # one ready (the local arms wait for their editor, so the costliest other arm starts beside it).
     finetunes = [replace(arms.train_stage(run), after=(editors[run.seed].name,)) if edits_locally(run.arm)
                  else arms.train_stage(run)
                  for run in sorted(arms.runs, key=lambda run: negative_sources(run.arm), reverse=True)]
-    measures = [stage for run in arms.runs for stage in arms.measure_stages(run, ("eval", "zeroshot"))]
-    return [*editors.values(), *finetunes, *([wise_ft] if isinstance(wise_ft, Stage) else []), grids,
-            *measures], wise_ft
+    measures = [replace(stage, preparation=measured.preparation) if stage.name == run.stage("eval") else stage
+                for run in arms.runs for stage in arms.measure_stages(run, ("eval", "zeroshot"))]
+    return [*editors.values(), *finetunes, *([wise_ft] if isinstance(wise_ft, Stage) else []),
+            measured.base_evaluation, grids, *measures], wise_ft
 
 
 def _local_editor_stages(config: DemoConfig, out: Path, foundation: Foundation, coco: TensorPairs,
@@ -421,11 +438,18 @@ def _provenance_stages(runner: StageRunner, foundation: Foundation, arms: ArmSta
     return stages
 
 
+def _evaluate(encoder: DualEncoder, name: str, world_dir: Path, vocabulary: str, editor, seed: int, pixels: dict,
+              inputs: dict) -> dict:
+    """`evaluate_on_world` of model `encoder` (called `name`) with the demo's instrument and the shared inputs."""
+    return evaluate_on_world(encoder, name, world_dir, vocabulary, editor, INSTRUMENT_EDITS, seed, pixels=pixels,
+                             inputs=inputs)
+
+
 def _evaluate_saved(model: str, out: Path, world_dir: Path, vocabulary: str, editor, seed: int, pixels: dict,
                     inputs: dict, run: Run) -> dict:
     """`evaluate_on_world` of `run`'s fine-tune of demo run `out`."""
-    return evaluate_on_world(load_encoder(model, str(run.model_file(out, ".pt"))), run.label, world_dir, vocabulary,
-                             editor, INSTRUMENT_EDITS, seed, pixels=pixels, inputs=inputs)
+    return _evaluate(load_encoder(model, str(run.model_file(out, ".pt"))), run.label, world_dir, vocabulary, editor,
+                     seed, pixels, inputs)
 
 
 def _zeroshot_saved(model: str, out: Path, config: EvalConfig, run: Run) -> dict:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from lace.data import read_dataset
 from lace.data.dataset import ImageTextDataset
 from lace.encoders.base import DualEncoder
+from lace.encoders.preprocess import preprocess_images
 from lace.train.data import TensorPairs
 from lace.train.rendered import RenderedNegatives, rendered_negatives
 
@@ -28,7 +27,7 @@ def world_pairs(world_dir, split: str, style: str, encoder: DualEncoder, cache: 
     paths = [str(record.image_path) for record in dataset.records]
     cached_paths, pixels = (cache or {}).get(f"pixels {split}", (None, None))
     if cached_paths != paths:
-        pixels = torch.stack([encoder.preprocess(dataset.load_image(i)) for i in range(len(dataset))])
+        pixels = preprocess_images(encoder.preprocess, [dataset.load_image(i) for i in range(len(dataset))])
         if cache is not None:
             cache[f"pixels {split}"] = (paths, pixels)
     return TensorPairs(pixels, [record.captions for record in dataset.records])

@@ -19,6 +19,7 @@ from PIL import Image
 from lace.data.dataset import open_rgb
 from lace.embeddings import embed_texts
 from lace.encoders.base import DualEncoder
+from lace.encoders.preprocess import preprocess_images
 from lace.errors import LaceInputError
 from lace.io import atomic_path
 from lace.progress import bar as progress_bar
@@ -129,3 +130,11 @@ class EmbeddingCache:
 def _parse_key(name: str) -> ImageKey:
     path, box = json.loads(name)
     return path, tuple(box) if box is not None else None
+
+
+def decode_images(keys: Sequence[ImageKey], preprocess, pixels: dict[str, torch.Tensor]) -> None:
+    """Put the (3, H, W) `preprocess`ed pixels of each image of `keys` not there yet into `pixels`, named as the
+    caches given `pixels` (`EmbeddingCache(pixels=...)`) look them up: images decoded ahead, once for every model
+    of one architecture."""
+    todo = {name: key for name, key in ((_key_text(key), key) for key in keys) if name not in pixels}
+    pixels.update(zip(todo, preprocess_images(preprocess, [load_image(key) for key in todo.values()])))

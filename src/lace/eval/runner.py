@@ -200,7 +200,8 @@ def diagnostics_skipped(config: EvalConfig) -> str:
     return "no image-caption set to measure the geometry on: pass --data (or --world)"
 
 
-def _rule_negatives(config: EvalConfig):
+def rule_negatives(config: EvalConfig):
+    """The rule-made caption edits of `config`'s diagnostics, from its vocabulary (the world's, else natural English)."""
     from lace.concepts.vocabulary import load_vocabulary
     from lace.edits.captions import RuleNegatives
 
@@ -305,7 +306,7 @@ def _load_dictionary(encoder: DualEncoder, config: EvalConfig, model: str):
         raise LaceInputError("expected --auto-transplants >= 0 and --counterfactual-edits >= 1")
     config.edit.validate("eval config: edit")
     labelled = load_dictionary_for_model(config.dictionary, encoder.embed_dim, model)
-    concept_names = caption_concepts([], _rule_negatives(config))[1]
+    concept_names = caption_concepts([], rule_negatives(config))[1]
     check_transplants(labelled, config.transplants, concept_names)
     return labelled
 
@@ -359,16 +360,16 @@ def diagnose(encoder: DualEncoder, cache: EmbeddingCache, dataset, config: EvalC
             images, texts, owner, config.rerank.fixes,
             _bank_embeddings(cache, bank, config) if bank is not None else None,
             GeometryOptions(k=config.k, baseline=False, knn=knn), config.rerank))
-    rule_negatives = _rule_negatives(config)
+    negatives = rule_negatives(config)
     figures.update(measure(MeasuredSplit(images, texts, owner, dataset.captions, encoder),
                            MeasureConfig(("geometry", "rule_brittleness"), k=config.k, baseline=config.baseline,
                                          seed=config.seed, knn=knn),
-                           rules=rule_negatives, progress=progress))
+                           rules=negatives, progress=progress))
     if labelled is not None:
         from lace.eval.dictionary_diagnostics import dictionary_diagnostics
 
         figures.update(dictionary_diagnostics(
-            labelled, images, texts, owner, [record.captions for record in dataset.records], rule_negatives,
+            labelled, images, texts, owner, [record.captions for record in dataset.records], negatives,
             transplants=config.transplants, auto_transplants=config.auto_transplants,
             config=config.edit, n_edits=config.counterfactual_edits, k=config.k, seed=config.seed,
         ))

@@ -26,13 +26,24 @@ WORKER_THREADS = 1
 
 
 @dataclass(frozen=True)
+class Preparation:
+    """Work done once in this process, just before the first stage that needs it runs: what it makes in memory (read
+    and decoded inputs, say) the stages' worker processes inherit. Its times are noted under `name`."""
+
+    name: str
+    work: Callable[[], None]
+
+
+@dataclass(frozen=True)
 class Stage:
-    """One cached stage: `StageRunner.run(name, key, work)` once every stage named in `after` is done."""
+    """One cached stage: `StageRunner.run(name, key, work)` once every stage named in `after` is done (and its
+    `preparation`, when it has one and is not cached)."""
 
     name: str
     key: str
     work: Callable[[], dict]
     after: tuple[str, ...] = ()
+    preparation: Preparation | None = None
 
 
 class StageFailed(RuntimeError):
@@ -46,15 +57,22 @@ def run_stages(runner: StageRunner, stages: Sequence[Stage], workers: int, progr
     loop of `runner.run` calls). Otherwise up to `workers` forked processes of `WORKER_THREADS`
     thread(s) each run them; a stage that fails stops the others and its error is raised here, with
     the worker's traceback as a note. Stages cached under their key are reused without a process.
-    Every stage in `after` must come earlier in `stages`.
+    Every stage in `after` must come earlier in `stages`. A stage's `preparation` runs in this process before the
+    first such stage starts (beside the running workers), once; a run where every stage needing it is cached skips it.
     """
     names = [stage.name for stage in stages]
     for position, stage in enumerate(stages):
         unknown = [name for name in stage.after if name not in names[:position]]
         if unknown:
             raise ValueError(f"stage {stage.name!r}: stages it comes after must be listed before it: {unknown}")
+    prepared: set[str] = set()
     if workers <= 1:
-        return {stage.name: runner.run(stage.name, stage.key, stage.work) for stage in stages}
+        results = {}
+        for stage in stages:
+            _prepare(runner, stage, prepared)
+            results[stage.name] = runner.run(stage.name, stage.key, stage.work)
+        runner.in_order(_with_preparations(stages))
+        return results
     results: dict[str, dict] = {}
     pending = list(stages)
     running: dict[Connection, tuple[Stage, multiprocessing.process.BaseProcess]] = {}
@@ -71,6 +89,7 @@ def run_stages(runner: StageRunner, stages: Sequence[Stage], workers: int, progr
                         results[stage.name] = cached
                         bar.update()
                         continue
+                    _prepare(runner, stage, prepared)
                     receiver, process = _start(context, runner, stage)
                     running[receiver] = (stage, process)
                 if not running:
@@ -84,8 +103,28 @@ def run_stages(runner: StageRunner, stages: Sequence[Stage], workers: int, progr
                 process.terminate()
             for _, process in running.values():
                 process.join()
-    runner.in_order(names)
+    runner.in_order(_with_preparations(stages))
     return {name: results[name] for name in names}
+
+
+def _prepare(runner: StageRunner, stage: Stage, prepared: set[str]) -> None:
+    """Run `stage`'s preparation here, timed, unless it ran already or `stage` is cached."""
+    preparation = stage.preparation
+    if preparation is None or preparation.name in prepared or runner.done(stage.name, stage.key):
+        return
+    runner.timed(preparation.name, preparation.work)
+    prepared.add(preparation.name)
+
+
+def _with_preparations(stages: Sequence[Stage]) -> list[str]:
+    """The stages' names, each preparation's just before the first stage that has it (the order times are listed in,
+    whichever ran first)."""
+    names: list[str] = []
+    for stage in stages:
+        if stage.preparation is not None and stage.preparation.name not in names:
+            names.append(stage.preparation.name)
+        names.append(stage.name)
+    return names
 
 
 def _start(context, runner: StageRunner, stage: Stage) -> tuple[Connection, multiprocessing.process.BaseProcess]:

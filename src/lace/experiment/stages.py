@@ -73,6 +73,16 @@ class StageRunner:
         self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
         return result
 
+    def timed(self, name: str, work: Callable[[], None]) -> None:
+        """Run `work()`, a step that caches nothing of its own (it prepares in memory what later stages share), and
+        note its times under `name` beside the stages' (not being a stage, it is never reused)."""
+        self.log(f"[{name}] running")
+        start, cpu_start = time.perf_counter(), time.process_time()
+        work()
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        self.wall_times[name], self.cpu_times[name] = seconds, cpu_seconds
+        self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
+
     def _record(self, name: str, key: str) -> dict | None:
         """The stage file of `name` when it was written for `key`, else None."""
         path = self.path(name)
