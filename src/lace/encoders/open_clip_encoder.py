@@ -37,10 +37,6 @@ TOKEN_CACHE_SIZE = 500_000
 SCHEMA_PREFIXES = ("hf-hub:", "local-dir:")
 _TOKEN_CACHES: dict[str, dict[str, torch.Tensor]] = {}  # per model name: the tokenizer is fixed by the name
 _TOKENIZERS: dict[str, WordCachedTokenizer] = {}
-SHORTEST_TRIMMED_CONTEXT = 16
-"""Positions an inference text pass on the CPU keeps at least when it drops the padding past a batch's longest
-caption (`OpenClipEncoder.text_features`). From 16 positions up, the CPU kernels give every caption the bits of the
-full-context pass (tests/test_open_clip_trimmed_text.py); below, the attention's sums round differently."""
 
 
 def tiny_model_names() -> list[str]:
@@ -103,44 +99,11 @@ class OpenClipEncoder(DualEncoder):
         return self.model.encode_image(pixels)
 
     def text_features(self, tokens: torch.Tensor) -> torch.Tensor:
-        length = self._trimmed_length(tokens)
-        if length is None:
-            return self.model.encode_text(tokens)
-        return _prefix_text_features(self.model, tokens[:, :length])
-
-    def _trimmed_length(self, tokens: torch.Tensor) -> int | None:
-        """How many positions of (N, L) `tokens` an inference pass needs, when fewer than L; else None.
-
-        With a causal mask and the end-of-text token as the pooled position, the positions past the longest
-        caption change no caption's features: a pass without gradient on the CPU leaves them out (a quarter to
-        a third of an evaluation's text pass for the demo's short captions), never going below
-        `SHORTEST_TRIMMED_CONTEXT` positions, so that the features keep their bits."""
-        model = self.model
-        if (torch.is_grad_enabled() or tokens.device.type != "cpu" or tokens.ndim != 2 or not tokens.shape[0]
-                or getattr(model, "text_pool_type", None) != "argmax" or getattr(model, "attn_mask", None) is None
-                or tokens.shape[1] != model.positional_embedding.shape[0]):
-            return None
-        length = max(SHORTEST_TRIMMED_CONTEXT, int(tokens.argmax(dim=-1).max()) + 1)
-        return length if length < tokens.shape[1] else None
+        return self.model.encode_text(tokens)
 
     def export_state_dict(self) -> dict[str, torch.Tensor]:
         return {key: value.detach().clone(memory_format=torch.contiguous_format)
                 for key, value in self.model.state_dict().items()}
-
-
-def _prefix_text_features(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """open_clip's `CLIP.encode_text` of (N, l) `tokens`, the first l positions of its context: the same
-    steps with the positional embedding and the causal mask cut to l positions. (N, d) raw features."""
-    length = tokens.shape[1]
-    cast_dtype = model.transformer.get_cast_dtype()
-    x = model.token_embedding(tokens).to(cast_dtype)  # (N, l, width)
-    x = x + model.positional_embedding[:length].to(cast_dtype)
-    x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-    x = model.ln_final(x)
-    x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]  # (N, width) at end of text
-    if isinstance(model.text_projection, torch.nn.Linear):
-        return model.text_projection(x)
-    return x @ model.text_projection if model.text_projection is not None else x
 
 
 def quick_gelu_for(model: str, pretrained: str | None, _depth: int = 0) -> bool:
