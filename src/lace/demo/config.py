@@ -129,8 +129,9 @@ class DemoConfig:
     pairs arm validation chose (with the real image as a hard negative of the edit's caption) and that arm with
     caption negatives."""
     threads: int = 0
-    """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores,
-    or for a dictionary fit that repeats bit for bit)."""
+    """Torch CPU threads; 0 uses every core (fastest on an idle machine; use 1 when other jobs share the cores).
+    The dictionary fit repeats bit for bit at a given number of threads; its figures at another number differ by
+    float rounding."""
     jobs: int = 0
     """Worker processes, one CPU thread each, for the stages after the dictionary that do not depend on each other
     (the fine-tunes, their evaluations, the edit grids, WiSE-FT); 0: one per core the demo uses (--threads, or

@@ -107,14 +107,21 @@ def _update_atoms(atoms: Tensor, code_gram: Tensor, code_data: Tensor, sweeps: i
 
 
 def _accumulate(state: LearningState, codes: SparseCodes, batch: Tensor, beta: float) -> None:
-    """A = beta A + a^T a, B = beta B + a^T X, using the sparse codes only."""
+    """A = beta A + a^T a, B = beta B + a^T X, using the sparse codes only.
+
+    A's entries are summed by `index_add_` on its flattened view, which on CPU adds the products one after another
+    in the order given: the same sums whatever the number of threads. (`index_put_(..., accumulate=True)`, which
+    adds in that order at one thread, adds from every thread at once at two or more, so a refit on the same data
+    differed in the last bits of A and then of the atoms.)
+    """
     n, sparsity = codes.indices.shape
+    n_atoms = state.code_gram.shape[0]
     state.code_gram.mul_(beta)
     state.code_data.mul_(beta)
     left = codes.indices.unsqueeze(2).expand(n, sparsity, sparsity).reshape(-1)
     right = codes.indices.unsqueeze(1).expand(n, sparsity, sparsity).reshape(-1)
     products = (codes.values.unsqueeze(2) * codes.values.unsqueeze(1)).reshape(-1)
-    state.code_gram.index_put_((left, right), products, accumulate=True)
+    state.code_gram.view(-1).index_add_(0, left * n_atoms + right, products)
     weighted_rows = codes.values.unsqueeze(2) * batch.unsqueeze(1)  # (n, s, d)
     state.code_data.index_add_(0, codes.indices.reshape(-1), weighted_rows.reshape(n * sparsity, -1))
     active = codes.values > 0
