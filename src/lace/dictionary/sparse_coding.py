@@ -313,9 +313,9 @@ class _OmpBuffers:
         return torch.mm(x, atoms.T, out=correlations), None
 
     def filter(self, atoms: Tensor) -> FilterProduct | None:
-        """The fused kernel's `FilterProduct` for `atoms`, where it runs (`FILTER_PRODUCT`, float32 atoms,
-        `FilterProduct.usable`); else None."""
-        if not FILTER_PRODUCT or atoms.dtype != torch.float32:
+        """The fused kernel's `FilterProduct` for `atoms`, where it runs (`FILTER_PRODUCT` and
+        `FilterProduct.usable`: float32 atoms on CPUs with AMX); else None."""
+        if not FILTER_PRODUCT:
             return None
         if self._filter is None:
             self._filter = FilterProduct(atoms, self.correlations.shape[0])
