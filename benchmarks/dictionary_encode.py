@@ -22,10 +22,7 @@ load from numba's on-disk cache) is timed apart and not in the figures; --kernel
 batched torch kernel instead. On a CPU with AMX lace's fused kernel filters with one bfloat16 product
 (`lace.dictionary.bfloat16_filter`) and forms the float32 entries it uses as oneMKL's sgemm does, so its codes are
 those of the float32 product: the table adds lace with the float32 product itself ("before the filter") and
-counts the rows whose codes differ from it (0 expected). On such a CPU the table also adds lace with the split bfloat16
-product (`lace.dictionary.split_product`, opt-in: `encode(..., split_product=True)`) and that product
-alone, and counts the rows whose codes differ from lace's with its own product; --split-product
-makes lace's own rows (and the profile) use it too.
+counts the rows whose codes differ from it (0 expected).
 
 Which kernels ran is printed under the table and in the JSON's "kernels": the oneMKL and oneDNN
 calls (function, thread count) of one block of the floor and of lace, from their verbose output;
@@ -36,7 +33,6 @@ and not visible to threadpoolctl); the CPU numba compiles the fused kernel for; 
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as set for the run.
 
 Usage: python benchmarks/dictionary_encode.py [--n 100000] [--peer-n 1000] [--device cpu] [--kernel torch]
-       [--split-product]
 The last printed line is one JSON object.
 """
 
@@ -59,7 +55,7 @@ from sklearn.decomposition import sparse_encode
 from threadpoolctl import threadpool_info, threadpool_limits
 from torch.profiler import ProfilerActivity, profile
 
-from lace.dictionary import bfloat16_filter, fused_omp, sparse_coding, split_product
+from lace.dictionary import bfloat16_filter, fused_omp, sparse_coding
 from lace.dictionary.sparse_coding import (
     CPU_BLOCK_ROWS,
     DEVICE_BLOCK_ROWS,
@@ -116,31 +112,30 @@ def timed(function, device: torch.device):
     return clock() - start, result
 
 
-def split_support_gap(split: SparseCodes, float32: SparseCodes) -> dict:
-    """How codes from the split product differ from those of lace as run (the float32 product unless
-    --split-product): rows whose atoms
-    (as a set, and in order) differ, and the largest difference of the dense codes."""
-    same_order = (split.indices == float32.indices) | ((split.values == 0) & (float32.values == 0))
-    as_sets = torch.sort(torch.where(split.values != 0, split.indices, -1), dim=1).values
-    float32_sets = torch.sort(torch.where(float32.values != 0, float32.indices, -1), dim=1).values
+def support_gap(codes: SparseCodes, reference: SparseCodes) -> dict:
+    """How `codes` differ from `reference` codes of the same rows: rows whose atoms (as a set, and in order)
+    differ, rows whose values differ in any bit, and the largest difference of the dense codes."""
+    same_order = (codes.indices == reference.indices) | ((codes.values == 0) & (reference.values == 0))
+    as_sets = torch.sort(torch.where(codes.values != 0, codes.indices, -1), dim=1).values
+    reference_sets = torch.sort(torch.where(reference.values != 0, reference.indices, -1), dim=1).values
     dense_gap = 0.0
-    for start in range(0, split.indices.shape[0], 8192):
+    for start in range(0, codes.indices.shape[0], 8192):
         part = slice(start, start + 8192)
-        dense_gap = max(dense_gap, float((SparseCodes(split.indices[part], split.values[part], split.n_atoms).to_dense()
-                                          - SparseCodes(float32.indices[part], float32.values[part],
-                                                        float32.n_atoms).to_dense()).abs().max()))
-    return {"rows": int(split.indices.shape[0]), "rows_other_atoms": int((as_sets != float32_sets).any(1).sum()),
-            "rows_other_order": int((~same_order).any(1).sum()), "max_code_difference": dense_gap}
+        dense_gap = max(dense_gap, float((SparseCodes(codes.indices[part], codes.values[part], codes.n_atoms).to_dense()
+                                          - SparseCodes(reference.indices[part], reference.values[part],
+                                                        reference.n_atoms).to_dense()).abs().max()))
+    return {"rows": int(codes.indices.shape[0]), "rows_other_atoms": int((as_sets != reference_sets).any(1).sum()),
+            "rows_other_order": int((~same_order).any(1).sum()),
+            "rows_other_values": int((codes.values != reference.values).any(1).sum()), "max_code_difference": dense_gap}
 
 
 def stage_profile(x: torch.Tensor, atoms: torch.Tensor, sparsity: int, nonnegative: bool,
-                  chunk: int | None, kernel: str | None, split: bool) -> dict[str, float]:
+                  chunk: int | None, kernel: str | None) -> dict[str, float]:
     """Seconds per stage of encoding `x` (CPU time of each labelled stage; 'other' is the rest)."""
-    encode(x[:256], atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel,
-           split_product=split)  # warm up
+    encode(x[:256], atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel)  # warm up
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         start = time.perf_counter()
-        encode(x, atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel, split_product=split)
+        encode(x, atoms, sparsity, nonnegative=nonnegative, chunk_size=chunk, kernel=kernel)
         total = time.perf_counter() - start
     seconds = {name: 0.0 for name in STAGES}
     for event in profiler.key_averages():
@@ -211,13 +206,13 @@ def torch_config_line(prefix: str) -> str | None:
                  if line.strip(" -").startswith(prefix)), None)
 
 
-def kernels(floor_block, lace_block, split: bool, filtered: bool, dim: int, n_atoms: int) -> dict:
+def kernels(floor_block, lace_block, filtered: bool, dim: int, n_atoms: int) -> dict:
     """Which kernels this run used: the kernels oneMKL and oneDNN report for one block of the floor and of lace
     (their verbose output: function, thread count), torch's oneMKL (version, instruction set, threading layer)
     and oneDNN, every thread pool threadpoolctl finds (numpy's and scipy's BLAS, scikit-learn's peer only;
     torch's OpenMP; torch's oneMKL is linked into torch and invisible to it), numba's target CPU (the fused
-    kernel), lace's product (`split`: the split bfloat16 one; `filtered`: the bfloat16 filter, for (d, K) = `dim`,
-    `n_atoms`) and the OpenBLAS overrides in force."""
+    kernel), lace's product (`filtered`: the bfloat16 filter, for (d, K) = `dim`, `n_atoms`) and the OpenBLAS
+    overrides in force."""
     calls = verbose_calls({"describe": lambda: torch.ones(8, 8) @ torch.ones(8, 8), "floor": floor_block,
                            "lace": lace_block})
     mkl = next((line.removeprefix("MKL_VERBOSE ").strip() for line in calls.get("describe", [])
@@ -235,8 +230,7 @@ def kernels(floor_block, lace_block, split: bool, filtered: bool, dim: int, n_at
                        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()},
         "floor_calls": call_summary(calls.get("floor", [])),
         "lace_calls": call_summary(calls.get("lace", [])),
-        "lace_product": ("split bfloat16 (3 products, AMX)" if split else
-                         f"bfloat16 filter (1 product, AMX; {bfloat16_filter.BLOCK_ROWS} rows a call) + candidates' "
+        "lace_product": (f"bfloat16 filter (1 product, AMX; {bfloat16_filter.BLOCK_ROWS} rows a call) + candidates' "
                          f"float32 entries as FMA chains in oneMKL sgemm's order (inner blocks of "
                          f"{bfloat16_filter.sgemm_block(dim, n_atoms)})" if filtered else "float32 (oneMKL sgemm)"),
         "threadpools": [{key: pool.get(key) for key in ("user_api", "internal_api", "version", "threading_layer",
@@ -283,8 +277,6 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--kernel", choices=("fused", "torch"), default=None,
                         help="lace's OMP kernel (default: fused on CPU, torch elsewhere)")
-    parser.add_argument("--split-product", action="store_true",
-                        help="lace's own rows use the split bfloat16 product (fused kernel, CPUs with AMX)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
@@ -292,11 +284,7 @@ def main() -> int:
     x, atoms = synthetic(args.n, args.atoms, args.dim, args.sparsity)
     x, atoms = x.to(device), atoms.to(device)
     fused = device.type == "cpu" and args.kernel != "torch"
-    split_ran = fused and atoms.dtype == torch.float32 and split_product.supported()
-    if args.split_product and not split_ran:
-        parser.error("--split-product: needs the fused kernel on a CPU with AMX bfloat16 (split_product.supported())")
-    filter_ran = (fused and not args.split_product and atoms.dtype == torch.float32
-                  and bfloat16_filter.FilterProduct(atoms, 1).usable)
+    filter_ran = fused and atoms.dtype == torch.float32 and bfloat16_filter.FilterProduct(atoms, 1).usable
     compile_s, compile_source = first_call_seconds(x, atoms, args.sparsity) if fused else (0.0, "")
     block_rows = args.chunk_size or (CPU_BLOCK_ROWS if device.type == "cpu" else DEVICE_BLOCK_ROWS)
 
@@ -306,35 +294,25 @@ def main() -> int:
                 x[start : start + rows] @ atoms.T
         return product
 
-    def lace(nonnegative: bool, split: bool = args.split_product, filtered: bool = True):
+    def lace(nonnegative: bool, filtered: bool = True):
         def run():
             sparse_coding.FILTER_PRODUCT = filtered  # the library's switch; on unless this run is the float32 one
             try:
                 return encode(x, atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
-                              kernel=args.kernel, split_product=split)
+                              kernel=args.kernel)
             finally:
                 sparse_coding.FILTER_PRODUCT = True
         return run
 
-    def own_product() -> None:  # the split product alone, as lace's fused kernel runs it, block by block
-        product = split_product.SplitProduct(atoms, block_rows)
-        out = torch.empty(block_rows, args.atoms)
-        for start in range(0, args.n, block_rows):
-            rows = x[start : start + block_rows]
-            product(rows, out[: rows.shape[0]])
-
-    floor(4096)()  # warm-up, untimed: the floor, and lace on one block in each setting
-    for split in dict.fromkeys((args.split_product, True) if split_ran else (args.split_product,)):
-        for nonnegative in (False, True):
-            encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
-                   kernel=args.kernel, split_product=split)
-    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_float32",
-                                                          "plain_split", "split_product_alone")}
+    floor(4096)()  # warm-up, untimed: the floor, and lace on one block
+    for nonnegative in (False, True):
+        encode(x[:block_rows], atoms, args.sparsity, nonnegative=nonnegative, chunk_size=args.chunk_size,
+               kernel=args.kernel)
+    times: dict[str, list[float]] = {name: [] for name in ("floor", "plain", "nonnegative", "plain_float32")}
     floor_before: dict[str, list[float]] = {name: [] for name in times}  # the floor timed just before each
     walls: dict[str, list[float]] = {name: [] for name in times}
     runs = [("plain", lace(False)), ("nonnegative", lace(True))]
     runs += [("plain_float32", lace(False, filtered=False))] if filter_ran else []
-    runs += [("plain_split", lace(False, split=True)), ("split_product_alone", own_product)] if split_ran else []
     results = {}
     for _ in range(args.repeats):  # alternated, so that a busy machine slows them alike
         times["floor"].append(timed(floor(4096), device)[0])  # the floor is the faster of 4096-row blocks
@@ -353,10 +331,7 @@ def main() -> int:
     # each run's time over the floor timed just before it, then the median over the repeats
     median_ratio = {name: statistics.median(t / f for t, f in zip(times[name], floor_before[name]))
                     for name in times if times[name] and name != "floor"}
-    split_gap = split_support_gap(results["plain_split"], codes) if split_ran else None
-    filter_gap = split_support_gap(codes, results["plain_float32"]) if filter_ran else None
-    if filter_ran:
-        filter_gap["rows_other_values"] = int((codes.values != results["plain_float32"].values).any(1).sum())
+    filter_gap = support_gap(codes, results["plain_float32"]) if filter_ran else None
     load = os.getloadavg()
 
     subset = x[: args.peer_n].cpu()
@@ -378,13 +353,12 @@ def main() -> int:
     if device.type == "cpu":
         profiled = x[: args.profile_n]
         stages = {kind: stage_profile(profiled, atoms, args.sparsity, kind == "nonnegative", args.chunk_size,
-                                      args.kernel, args.split_product)
+                                      args.kernel)
                   for kind in ("plain", "nonnegative")}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     block = x[:block_rows]
-    ran = kernels(lambda: block @ atoms.T,
-                  lambda: encode(block, atoms, args.sparsity, kernel=args.kernel, split_product=args.split_product),
-                  args.split_product, filter_ran, args.dim, args.atoms)
+    ran = kernels(lambda: block @ atoms.T, lambda: encode(block, atoms, args.sparsity, kernel=args.kernel),
+                  filter_ran, args.dim, args.atoms)
     lace_rate, peer_rate = args.n / lace_s, args.peer_n / peer_s
 
     timing = "CPU" if device.type == "cpu" else "wall"
@@ -395,9 +369,7 @@ def main() -> int:
     print(f"{'coder':<40}{'rows/s':>10}{'rel. error':>12}{'time (s)':>10}{'x floor':>9}{'median':>8}")
     print(f"{'floor: one (N,d)x(d,K) float32 product':<40}{args.n / floor_s:>10.0f}{'':>12}{floor_s:>10.2f}{1:>9.2f}")
     labels = {"plain": ("lace OMP (signs free)", lace_error), "nonnegative": ("lace non-negative OMP", nonneg_error),
-              "plain_float32": ("lace OMP, float32 product (no filter)", None),
-              "plain_split": ("lace OMP, split bf16 product (opt-in)", None),
-              "split_product_alone": ("the split bf16 product alone", None)}
+              "plain_float32": ("lace OMP, float32 product (no filter)", None)}
     for name, (label, error) in labels.items():
         if times[name]:
             best = min(times[name])
@@ -405,10 +377,6 @@ def main() -> int:
                   f"{best / floor_s:>9.2f}{median_ratio[name]:>8.2f}")
     print(f"{'scikit-learn OMP (n=' + str(args.peer_n) + ')':<40}{peer_rate:>10.0f}{peer_error:>12.5f}"
           f"{peer_s:>10.2f}")
-    if split_gap:
-        print(f"split product against lace's own product, signs-free codes of all {split_gap['rows']} rows: "
-              f"{split_gap['rows_other_atoms']} rows with other atoms, {split_gap['rows_other_order']} with the "
-              f"same atoms in another order; largest code difference {split_gap['max_code_difference']:.2e}")
     if filter_gap:
         print(f"lace (bfloat16 filter) against lace with the float32 product, signs-free codes of all {filter_gap['rows']}"
               f" rows: {filter_gap['rows_other_atoms']} rows with other atoms, {filter_gap['rows_other_order']} in "
@@ -443,10 +411,6 @@ def main() -> int:
         "vs_floor_ratio": round(lace_s / floor_s, 2),
         "nonnegative_vs_floor_ratio": round(nonneg_s / floor_s, 2),
         "median_vs_floor_ratio": {name: round(value, 2) for name, value in median_ratio.items()},
-        "split_product_vs_floor_ratio": round(min(times["plain_split"]) / floor_s, 2) if split_ran else None,
-        "split_product_alone_vs_floor_ratio": round(min(times["split_product_alone"]) / floor_s, 2)
-        if split_ran else None,
-        "split_product_codes": split_gap,
         "float32_product_vs_floor_ratio": round(min(times["plain_float32"]) / floor_s, 2) if filter_ran else None,
         "filter_against_float32_product_codes": filter_gap,
         "timing": "process CPU time, best of repeats" if device.type == "cpu" else "wall time, best of repeats",

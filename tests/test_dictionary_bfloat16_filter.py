@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from lace.dictionary import encode, fused_omp, sparse_coding
-from lace.dictionary.bfloat16_filter import MIN_ROWS, FilterProduct, sgemm_block
-from lace.dictionary.split_product import supported
+from lace.dictionary.bfloat16_filter import MIN_ROWS, FilterProduct, sgemm_block, supported
 
 needs_filter = pytest.mark.skipif(not supported(), reason="needs AMX bfloat16 and oneMKL's bfloat16 product in torch")
 

@@ -3,7 +3,7 @@
 The float32 product X D^T is one (n, d) x (d, K) product per block of rows: on this machine class oneMKL's
 AVX-512 sgemm, which the rest of the encode can only match, not beat. The kernel needs the exact float32 entries
 only for atoms that might be chosen: the arg-max of each step and the entries within the errors of it. So the block
-is first multiplied in bfloat16, hi(X) hi(D)^T (`split_product`'s oneMKL call with one product instead of three,
+is first multiplied in bfloat16, hi(X) hi(D)^T (oneMKL's cblas_gemm_bf16bf16f32 on AMX tiles, float32 output,
 about a quarter of the float32 product's time), with a bound per row on its distance to the float32 product:
 
     |hi(x) . hi(d) - x . d| <= |hi(x) - x| |d| + |hi(x)| |hi(d) - d|        (Cauchy-Schwarz)
@@ -26,12 +26,14 @@ the kernel spends about 5 us a row more on forming float32 entries (about 14 a r
 
 from __future__ import annotations
 
+import ctypes
 import functools
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from lace.dictionary import fused_omp, split_product
+from lace.dictionary import fused_omp
 
 BLOCK_ROWS = 256  # rows per product and kernel call: their 4 MB of correlations are still in the caches when read
 MIN_ROWS = 32  # smaller blocks keep the float32 product: oneMKL's sgemm takes another path for a few rows
@@ -39,6 +41,32 @@ PROBE_ROWS = 32
 LARGEST = 2.0**50  # rows longer than this keep the float32 product (their squares' sums stay in float32's range)
 SLACK = 1.01  # on the bound: the norms' rounding
 _ROW_MAJOR, _NO_TRANSPOSE, _TRANSPOSE = 101, 111, 112  # CBLAS enums
+
+
+@functools.cache
+def gemm_bf16bf16f32():
+    """oneMKL's C = alpha A B^T + beta C for bfloat16 A, B and float32 C, from the oneMKL that torch
+    links (LP64: 32-bit sizes), or None when torch's library does not export it."""
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        function = ctypes.CDLL(str(library)).cblas_gemm_bf16bf16f32
+    except (OSError, AttributeError):
+        return None
+    size = ctypes.c_int
+    function.restype = None
+    function.argtypes = [size, size, size, size, size, size, ctypes.c_float, ctypes.c_void_p, size,
+                         ctypes.c_void_p, size, ctypes.c_float, ctypes.c_void_p, size]
+    return function
+
+
+@functools.cache
+def supported() -> bool:
+    """True where the filter's product runs: a CPU with AMX bfloat16 tiles and oneMKL's bfloat16 product in torch."""
+    try:
+        amx = " amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return amx and torch.backends.mkl.is_available() and gemm_bf16bf16f32() is not None
 
 
 @functools.cache
@@ -56,7 +84,7 @@ class FilterProduct:
     bound per row (`fused_omp.FilteredProduct`)."""
 
     def __init__(self, atoms: Tensor, max_rows: int):
-        self.usable = (split_product.supported() and atoms.dtype == torch.float32 and atoms.device.type == "cpu"
+        self.usable = (supported() and atoms.dtype == torch.float32 and atoms.device.type == "cpu"
                        and float(torch.linalg.vector_norm(atoms, dim=1).max()) <= LARGEST
                        and sgemm_block(atoms.shape[1], atoms.shape[0]) > 0)
         if not self.usable:
@@ -94,6 +122,6 @@ class FilterProduct:
         # outputs flushed to 0 by the bfloat16 product
         errors += 2.0**-58 * (self.atom_norm + self.high_atom_norm) + dim * 2.0**-120 * (row_norm + self.atom_largest + 1)
         n_atoms = self.atoms.shape[0]
-        split_product.gemm_bf16bf16f32()(_ROW_MAJOR, _NO_TRANSPOSE, _TRANSPOSE, n, n_atoms, dim, 1.0, high.data_ptr(),
-                                         dim, self.high_atoms.data_ptr(), dim, 0.0, out.data_ptr(), n_atoms)
+        gemm_bf16bf16f32()(_ROW_MAJOR, _NO_TRANSPOSE, _TRANSPOSE, n, n_atoms, dim, 1.0, high.data_ptr(), dim,
+                           self.high_atoms.data_ptr(), dim, 0.0, out.data_ptr(), n_atoms)
         return fused_omp.FilteredProduct(rows.numpy(), self.atoms.numpy(), errors.numpy(), self.block)

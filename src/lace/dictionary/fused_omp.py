@@ -70,13 +70,13 @@ SPECULATE = 8  # parts whose atoms' products the first step forms (filtered corr
 NONE = -1.0e300  # below every entry and bound; no infinities, which fast math assumes away
 
 
-def _compiled(function):
+def _compiled(function, fastmath=FAST_MATH):
     """`function` compiled without the GIL, cached on disk when numba finds a writable cache
     directory (next to this file, else NUMBA_CACHE_DIR or the user's cache), else per process."""
     try:
-        return numba.njit(nogil=True, fastmath=FAST_MATH, cache=True)(function)
+        return numba.njit(nogil=True, fastmath=fastmath, cache=True)(function)
     except RuntimeError:  # no cache location is writable
-        return numba.njit(nogil=True, fastmath=FAST_MATH)(function)
+        return numba.njit(nogil=True, fastmath=fastmath)(function)
 
 
 def _inlined(function):
@@ -196,10 +196,7 @@ def _exact_workspace(n_atoms: int, blocks: int) -> tuple:
 def _chains(function):
     """`function` compiled with contraction into fused multiply-adds but no reassociation: its sums keep the
     order they are written in."""
-    try:
-        return numba.njit(nogil=True, fastmath={"contract"}, cache=True)(function)
-    except RuntimeError:  # no cache location is writable
-        return numba.njit(nogil=True, fastmath={"contract"})(function)
+    return _compiled(function, fastmath={"contract"})
 
 
 @_chains
@@ -470,16 +467,9 @@ def _prefetch(typingctx, matrix, row, column):
 
 
 @_inlined
-def _subtract(target, weight, source):
-    """target -= weight * source, for 1-d slices (a loop over slices vectorises where one
-    over index ranges of larger arrays did not)."""
-    for i in range(target.shape[0]):
-        target[i] -= weight * source[i]
-
-
-@_inlined
 def _subtract_codes(target, weight, codes):
-    """target -= weight * codes, for 1-d slices; `codes` int8."""
+    """target -= weight * codes, for 1-d slices; `codes` int8 (a loop over slices vectorises where one
+    over index ranges of larger arrays did not)."""
     for i in range(target.shape[0]):
         target[i] -= weight * codes[i]
 

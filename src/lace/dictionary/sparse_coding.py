@@ -6,9 +6,7 @@ OMP has two kernels, chosen in `encode` (`_omp_kernel`):
   (float32, `FILTER_PRODUCT`), the product is `bfloat16_filter`'s single bfloat16 product with an
   error bound, in parts of 256 rows, and the kernel forms the float32 entries it needs as oneMKL's
   sgemm does: the same codes, to the bit, in about three quarters of the time on the encode
-  benchmark. Asked for (`split_product=True`, CPUs with AMX), the float32 product is instead
-  `split_product`'s three bfloat16 products (error of float32's order; near-tied atoms may be
-  chosen in another order);
+  benchmark;
 - elsewhere, or when asked for (`kernel="torch"`), `_batch_omp` below, which works on the
   whole block at once; its only Python loop is over the `s` atom-selection steps.
 Both select, stop and refit by the same rules and give the same supports.
@@ -48,8 +46,6 @@ from torch.profiler import record_function
 
 from lace.dictionary import fused_omp
 from lace.dictionary.bfloat16_filter import BLOCK_ROWS, FilterProduct
-from lace.dictionary.split_product import SplitProduct
-from lace.dictionary.split_product import supported as split_product_supported
 
 METHODS = ("omp", "topk")
 KERNELS = ("fused", "torch")  # OMP kernels: compiled row by row on CPU, or batched torch operations
@@ -93,7 +89,6 @@ def encode(
     chunk_size: int | None = None,
     gram: Tensor | None = None,
     kernel: str | None = None,
-    split_product: bool = False,
 ) -> Tensor | SparseCodes:
     """Sparse codes of `x` (N, d) over `atoms` (K, d) with at most `sparsity` non-zeros per row.
 
@@ -104,12 +99,8 @@ def encode(
     8192 elsewhere); `gram` (K, K) = atoms @ atoms.T may be passed in to save recomputing it.
     kernel: OMP's kernel, "fused" (CPU, float32 or float64) or "torch"; by default the fused
     one wherever it runs for dictionaries of at least `FUSED_MIN_ATOMS` atoms.
-    split_product: the fused kernel's float32 product X D^T by `split_product.SplitProduct`'s three bfloat16
-    products (CPUs with AMX; error of float32's order, but near-tied atoms may be chosen in another order).
-    Off by default; asked for where it cannot run (another method, kernel or dtype, or another CPU) it is
-    a `ValueError`.
     """
-    _check_arguments(x, atoms, sparsity, method, kernel, split_product)
+    _check_arguments(x, atoms, sparsity, method, kernel)
     n_atoms = atoms.shape[0]
     x = x.to(atoms.dtype)
     if gram is None:
@@ -120,7 +111,7 @@ def encode(
     buffers = None
     if method == "omp" and x.shape[0]:
         rows = min(chunk_size, x.shape[0])
-        buffers = _OmpBuffers(rows, n_atoms, atoms.dtype, atoms.device, split_product)
+        buffers = _OmpBuffers(rows, n_atoms, atoms.dtype, atoms.device)
         omp = _omp_kernel(kernel, atoms)
     index_chunks, value_chunks = [], []
     for start in range(0, x.shape[0], chunk_size):
@@ -163,9 +154,7 @@ def _omp_kernel(kernel: str | None, atoms: Tensor):
     return _fused_omp
 
 
-def _check_arguments(
-    x: Tensor, atoms: Tensor, sparsity: int, method: str, kernel: str | None, split_product: bool
-) -> None:
+def _check_arguments(x: Tensor, atoms: Tensor, sparsity: int, method: str, kernel: str | None) -> None:
     """Raise `ValueError` on arguments `encode` cannot honour, naming the argument."""
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
@@ -178,20 +167,6 @@ def _check_arguments(
         )
     if not 1 <= sparsity <= atoms.shape[0]:
         raise ValueError(f"sparsity: expected 1..{atoms.shape[0]}, got {sparsity}")
-    if split_product:
-        _check_split_product(method, kernel, atoms)
-
-
-def _check_split_product(method: str, kernel: str | None, atoms: Tensor) -> None:
-    """Refuse the split product where it would not run: it replaces the fused OMP kernel's float32 product, on
-    CPUs where `split_product.supported()`."""
-    if not split_product_supported():
-        raise ValueError("split_product: needs a CPU with AMX bfloat16 tiles and oneMKL's bfloat16 product in torch "
-                         "(lace.dictionary.split_product.supported() is False here)")
-    if method != "omp" or atoms.dtype != torch.float32 or _omp_kernel(kernel, atoms) is not _fused_omp:
-        raise ValueError(f"split_product: expected method 'omp' with the fused kernel and float32 atoms (at least "
-                         f"{FUSED_MIN_ATOMS} of them unless kernel='fused'), got method {method!r}, kernel "
-                         f"{kernel!r}, {atoms.shape[0]} {atoms.dtype} atoms on {atoms.device}")
 
 
 def _fused_omp(
@@ -319,26 +294,18 @@ def _largest(correlations: Tensor, absolute: bool) -> tuple[Tensor, Tensor]:
 class _OmpBuffers:
     """The (n, K) residual correlations of one block of rows, allocated once and reused by
     every block (a fresh large tensor per block costs page faults), and the fused kernel's
-    tables of the Gram matrix and split atoms, made once. `split_product`: the fused kernel's product is
-    `SplitProduct`'s (float32 atoms, checked by `encode`)."""
+    tables of the Gram matrix and bfloat16 filter, made once."""
 
-    def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device, split_product: bool = False):
+    def __init__(self, rows: int, n_atoms: int, dtype: torch.dtype, device: torch.device):
         self.correlations = torch.empty(rows, n_atoms, dtype=dtype, device=device)
-        self.split_product = split_product
         self._gram_tables = None
-        self._split_product = None
         self._filter = None
 
     def product(self, x: Tensor, atoms: Tensor) -> tuple[Tensor, fused_omp.FilteredProduct | None]:
-        """(n, K) X D^T for the fused kernel, in the buffer, and None: the product in the atoms' dtype, or where
-        asked for (`split_product`) `SplitProduct`'s three bfloat16 products. Where `FilterProduct` is usable (float32
-        on CPUs with AMX, `FILTER_PRODUCT`), its bfloat16 product instead, with what the kernel needs to form the
-        float32 entries it uses."""
+        """(n, K) X D^T for the fused kernel, in the buffer, and None: the product in the atoms' dtype. Where
+        `FilterProduct` is usable (float32 on CPUs with AMX, `FILTER_PRODUCT`), its bfloat16 product instead, with
+        what the kernel needs to form the float32 entries it uses."""
         correlations = self.correlations[: x.shape[0]]
-        if self.split_product:
-            if self._split_product is None:
-                self._split_product = SplitProduct(atoms, self.correlations.shape[0])
-            return self._split_product(x, correlations), None
         filtering = self.filter(atoms)
         filtered = filtering(x, correlations) if filtering is not None else None
         if filtered is not None:
@@ -346,9 +313,9 @@ class _OmpBuffers:
         return torch.mm(x, atoms.T, out=correlations), None
 
     def filter(self, atoms: Tensor) -> FilterProduct | None:
-        """The fused kernel's `FilterProduct` for `atoms`, where it runs (`FILTER_PRODUCT`, float32 atoms, no split
-        product asked for, `FilterProduct.usable`); else None."""
-        if not FILTER_PRODUCT or self.split_product or atoms.dtype != torch.float32:
+        """The fused kernel's `FilterProduct` for `atoms`, where it runs (`FILTER_PRODUCT` and
+        `FilterProduct.usable`: float32 atoms on CPUs with AMX); else None."""
+        if not FILTER_PRODUCT:
             return None
         if self._filter is None:
             self._filter = FilterProduct(atoms, self.correlations.shape[0])
