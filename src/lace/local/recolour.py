@@ -133,9 +133,15 @@ def ridge_change(stacked: Tensor, inputs: Tensor, pair: Tensor) -> Tensor:
     """(G G, D + 1, C) stacked ridge weights, neighbourhood rows (K, D) and their sorted pair codes (K,) -> the
     change (K, C): each pair's regression run once on all of its rows."""
     codes, counts = pair.unique_consecutive(return_counts=True)
-    moved = [part @ stacked[code, :-1] + stacked[code, -1]
-             for code, part in zip(codes.tolist(), inputs.split(counts.tolist()))]
-    return torch.cat(moved) if moved else inputs.new_zeros(0, stacked.shape[-1])
+    codes, counts = codes.tolist(), counts.tolist()
+    if torch.is_grad_enabled() and (inputs.requires_grad or stacked.requires_grad):
+        moved = [part @ stacked[code, :-1] + stacked[code, -1] for code, part in zip(codes, inputs.split(counts))]
+        return torch.cat(moved) if moved else inputs.new_zeros(0, stacked.shape[-1])
+    # without gradient, each pair's product is written in place (the same products and sums, no copies)
+    change = inputs.new_empty(len(inputs), stacked.shape[-1])
+    for code, part, out in zip(codes, inputs.split(counts), change.split(counts)):
+        torch.mm(part, stacked[code, :-1], out=out).add_(stacked[code, -1])
+    return change
 
 
 def move_near_object(change_of, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,

@@ -79,11 +79,12 @@ def counterpart_steps(kind: str, operator, features: Tensor, grid: tuple[int, in
     steps = []
     for slot, moves in enumerate(slot_moves(slots, objects)):
         edit_step = slots.steps[:, slot]  # (B, P, C)
-        step = edit_step.clone() if kind == "round_trip" else torch.zeros_like(edit_step)
+        step = edit_step if kind == "round_trip" else torch.zeros_like(edit_step)
+        edited = features + edit_step if kind == "round_trip" else None  # the slot's edited features, once
         for which, before, after in moves:
             coverage = objects.coverage[rows, which]  # (B, P)
             if kind == "round_trip":  # back from the edited features, at the same object
-                step = step + operator.move(features + edit_step, grid, coverage, after, before)
+                step = step + operator.move(edited, grid, coverage, after, before)
             elif kind == "no_op":
                 step = step + operator.move(features, grid, coverage, before, before)
             else:

@@ -42,12 +42,20 @@ def neighbourhoods(features: Tensor, grid: tuple[int, int], window: int) -> Tens
 def neighbourhood_rows(features: Tensor, grid: tuple[int, int], window: int, rows: Tensor,
                        positions: Tensor) -> Tensor:
     """The rows `neighbourhoods(features, grid, window)[rows, positions]` (K, window^2 C), gathered for the K
-    (image, position) pairs only: (B, P, C) features, (K,) image rows and (K,) positions on the (H, W) grid."""
-    maps = _padded_map(features, grid, window)
-    offsets = torch.arange(window, device=features.device)
-    down = (positions // grid[1])[:, None, None] + offsets[None, :, None]  # (K, window, 1)
-    across = (positions % grid[1])[:, None, None] + offsets[None, None, :]  # (K, 1, window)
-    return maps[rows[:, None, None], down, across].reshape(len(rows), -1)  # (K, window, window, C) flattened
+    (image, position) pairs only: (B, P, C) features, (K,) image rows and (K,) positions on the (H, W) grid.
+
+    One gather of whole position rows from the unpadded features, a zero row standing for every neighbour that
+    falls off the grid (what the padding of `neighbourhoods` holds): no padded copy of the maps."""
+    height, width = grid
+    batch, n_positions, channels = features.shape
+    offsets = torch.arange(window, device=features.device) - window // 2
+    down = (positions // width)[:, None, None] + offsets[None, :, None]  # (K, window, 1)
+    across = (positions % width)[:, None, None] + offsets[None, None, :]  # (K, 1, window)
+    outside = (down < 0) | (down >= height) | (across < 0) | (across >= width)  # (K, window, window)
+    index = torch.where(outside, batch * n_positions, rows[:, None, None] * n_positions
+                        + down.clamp(0, height - 1) * width + across.clamp(0, width - 1))  # (K, window, window)
+    position_rows = torch.cat([features.reshape(-1, channels), features.new_zeros(1, channels)])  # (B P + 1, C)
+    return position_rows.index_select(0, index.reshape(-1)).reshape(len(rows), -1)  # (K, window, window, C) flat
 
 
 def coverage_bucket(coverage: Tensor, n_buckets: int, min_coverage: float) -> Tensor:
