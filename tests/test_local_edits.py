@@ -18,7 +18,7 @@ from lace.local.editor import EditSlots, fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
-from lace.local.recolour import RecolourRegression, grey_preserving_map, halo
+from lace.local.recolour import RecolourRegression, grey_preserving_map, halo, near_object
 from lace.local.towers import ImageTowerSplit
 from lace.local.transport import GaussianTransport, neighbourhood_rows, neighbourhoods
 
@@ -249,3 +249,17 @@ def test_the_readers_fit_keeps_a_gradient_for_an_image_it_reads_the_wrong_way():
     loss.backward()
     assert torch.isfinite(loss) and shown.grad[..., 0].abs().min() > 1.0  # pushed up, strongly
     assert (shown.grad[..., 1] >= 0).all()  # the unmentioned concept is pushed down (or left)
+
+
+def test_near_object_is_the_halo_above_the_bound():
+    generator = torch.Generator().manual_seed(7)
+    grid = (5, 6)
+    coverage = torch.rand(4, 3, 30, generator=generator) * (torch.rand(4, 3, 30, generator=generator) > 0.85)
+    coverage[0, 0, 7] = 0.1  # exactly at the bound: not above it
+    for bound in (0.0, 0.1, 0.5):
+        expected = halo(coverage, grid) > bound
+        assert torch.equal(near_object(coverage, grid, bound), expected)
+        assert torch.equal(near_object(coverage[:, 1], grid, bound), expected[:, 1])
+    corner = torch.zeros(1, 30)
+    corner[0, 0] = 1.0  # the top-left position reaches its right, lower and lower-right neighbours only
+    assert near_object(corner, grid, 0.5).nonzero()[:, 1].tolist() == [0, 1, 6, 7]

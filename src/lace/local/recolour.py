@@ -44,6 +44,20 @@ def halo(coverage: Tensor, grid: tuple[int, int]) -> Tensor:
     return F.max_pool2d(maps, 3, 1, 1).reshape(shape)
 
 
+def near_object(coverage: Tensor, grid: tuple[int, int], min_coverage: float) -> Tensor:
+    """(..., P) coverage -> (..., P) bool `halo(coverage, grid) > min_coverage`: the positions with a position
+    covered more than `min_coverage` in their 3x3 neighbourhood, found as the covered positions dilated by one
+    position down and up, then across (a 3x3 maximum exceeds the bound where one of its entries does)."""
+    covered = (coverage > min_coverage).reshape(-1, *grid)  # (N, H, W)
+    down = covered.clone()
+    down[:, 1:] |= covered[:, :-1]
+    down[:, :-1] |= covered[:, 1:]
+    near = down.clone()
+    near[:, :, 1:] |= down[:, :, :-1]
+    near[:, :, :-1] |= down[:, :, 1:]
+    return near.reshape(coverage.shape)
+
+
 class RecolourRegression:
     """Per ordered concept pair, a ridge regression from a position's neighbourhood to its change.
 
@@ -139,8 +153,9 @@ def ridge_change(stacked: Tensor, inputs: Tensor, pair: Tensor) -> Tensor:
         return torch.cat(moved) if moved else inputs.new_zeros(0, stacked.shape[-1])
     # without gradient, each pair's product is written in place (the same products and sums, no copies)
     change = inputs.new_empty(len(inputs), stacked.shape[-1])
+    matrices, offsets = stacked[:, :-1].unbind(), stacked[:, -1].unbind()  # (D, C) and (C,) per pair, as views
     for code, part, out in zip(codes, inputs.split(counts), change.split(counts)):
-        torch.mm(part, stacked[code, :-1], out=out).add_(stacked[code, -1])
+        torch.mm(part, matrices[code], out=out).add_(offsets[code])
     return change
 
 
@@ -152,7 +167,7 @@ def move_near_object(change_of, features: Tensor, grid: tuple[int, int], coverag
     with torch.no_grad():
         values = features.detach().float()
         step = torch.zeros_like(values)
-        rows, positions = (halo(coverage, grid) > min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
+        rows, positions = near_object(coverage, grid, min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
         pair = source[rows] * n_concepts + target[rows]  # (K,)
         pair, order = pair.sort()
         rows, positions = rows[order], positions[order]

@@ -75,6 +75,7 @@ def counterpart_steps(kind: str, operator, features: Tensor, grid: tuple[int, in
         raise ValueError(f"kind: expected one of {SYMMETRIC_KINDS[1:]}, got {kind!r}")
     if kind == "nuisance" and shade is None:
         raise ValueError("shade: expected the fitted shade regression (fit_shade_regression) for kind 'nuisance'")
+    features = features.detach().contiguous()  # the steps carry no gradient; one layout makes every move cheaper
     rows = torch.arange(features.shape[0], device=features.device)
     steps = []
     for slot, moves in enumerate(slot_moves(slots, objects)):
