@@ -175,7 +175,7 @@ def test_neighbourhood_rows_are_the_unfolded_neighbourhoods():
     rows, positions = torch.tensor([0, 2, 2, 1, 0]), torch.tensor([0, 19, 7, 4, 15])
     for window in (1, 3):
         expected = neighbourhoods(features, (4, 5), window)[rows, positions]
-        torch.testing.assert_close(neighbourhood_rows(features, (4, 5), window, rows, positions), expected)
+        assert torch.equal(neighbourhood_rows(features, (4, 5), window, rows, positions), expected)  # a copy, exact
     described = neighbourhoods(features, (4, 5), 3)  # (B, P, 9 C): the centre is the middle C
     torch.testing.assert_close(described[..., 4 * 5 : 5 * 5], features)
     torch.testing.assert_close(described[:, 6, :5], features[:, 0])  # above-left of (1, 1) is (0, 0)

@@ -46,16 +46,22 @@ def neighbourhood_rows(features: Tensor, grid: tuple[int, int], window: int, row
 
     One gather of whole position rows from the unpadded features, a zero row standing for every neighbour that
     falls off the grid (what the padding of `neighbourhoods` holds): no padded copy of the maps."""
-    height, width = grid
     batch, n_positions, channels = features.shape
-    offsets = torch.arange(window, device=features.device) - window // 2
-    down = (positions // width)[:, None, None] + offsets[None, :, None]  # (K, window, 1)
-    across = (positions % width)[:, None, None] + offsets[None, None, :]  # (K, 1, window)
-    outside = (down < 0) | (down >= height) | (across < 0) | (across >= width)  # (K, window, window)
-    index = torch.where(outside, batch * n_positions, rows[:, None, None] * n_positions
-                        + down.clamp(0, height - 1) * width + across.clamp(0, width - 1))  # (K, window, window)
+    neighbours = neighbour_positions(grid, window, features.device)[positions]  # (K, window^2), -1 off the grid
+    index = torch.where(neighbours < 0, batch * n_positions, rows[:, None] * n_positions + neighbours)
     position_rows = torch.cat([features.reshape(-1, channels), features.new_zeros(1, channels)])  # (B P + 1, C)
     return position_rows.index_select(0, index.reshape(-1)).reshape(len(rows), -1)  # (K, window, window, C) flat
+
+
+def neighbour_positions(grid: tuple[int, int], window: int, device: torch.device) -> Tensor:
+    """(P, window^2) long: each position's neighbours on the (H, W) grid in `neighbourhoods`' order (row-major in
+    the window), -1 where the neighbour falls off the grid."""
+    height, width = grid
+    offsets = torch.arange(window, device=device) - window // 2
+    down = torch.arange(height, device=device)[:, None, None, None] + offsets[:, None]  # (H, 1, window, 1)
+    across = torch.arange(width, device=device)[:, None, None] + offsets  # (W, 1, window)
+    inside = (down >= 0) & (down < height) & (across >= 0) & (across < width)  # (H, W, window, window)
+    return torch.where(inside, down * width + across, -1).reshape(height * width, window * window)
 
 
 def coverage_bucket(coverage: Tensor, n_buckets: int, min_coverage: float) -> Tensor:
