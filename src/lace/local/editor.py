@@ -168,7 +168,7 @@ class LocalImageEditor:
         if rows is not None and rows < batch:
             pixels = pixels[:rows]
         edited_rows = features if rows is None or rows == batch else features[:rows]  # (R, n_prefix + P, C)
-        regions = split.regions(edited_rows)
+        regions = split.regions(edited_rows).detach().contiguous()  # what the editor reads: one copy for all of it
         objects = self.locate(clip, pixels, regions, split.grid)
         slots = self.steps(regions, split.grid, n_edits, objects, generator)
         steps = slots.steps  # (B, M, P, C)

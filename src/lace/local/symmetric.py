@@ -104,7 +104,7 @@ def symmetric_negatives(editor: LocalImageEditor, clip: torch.nn.Module, pixels:
         raise ValueError(f"n_edits: expected >= 1, got {n_edits}")
     split = ImageTowerSplit(clip, editor.layer)
     features = split.lower(pixels)  # (B, n_prefix + P, C), with gradient
-    regions = split.regions(features)
+    regions = split.regions(features).detach().contiguous()  # what the editor reads: one copy for all of it
     objects = editor.locate(clip, pixels, regions, split.grid)
     slots = editor.steps(regions, split.grid, n_edits, objects, generator)
     partners = counterpart_steps(kind, editor.transport, regions, split.grid, objects, slots, shade)
