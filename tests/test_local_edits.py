@@ -18,7 +18,13 @@ from lace.local.editor import EditSlots, fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
-from lace.local.recolour import RecolourRegression, grey_preserving_map, halo, near_object
+from lace.local.recolour import (
+    RecolourRegression,
+    grey_preserving_map,
+    halo,
+    near_object,
+    ridge_change,
+)
 from lace.local.towers import ImageTowerSplit
 from lace.local.transport import GaussianTransport, neighbourhood_rows, neighbourhoods
 
@@ -263,3 +269,15 @@ def test_near_object_is_the_halo_above_the_bound():
     corner = torch.zeros(1, 30)
     corner[0, 0] = 1.0  # the top-left position reaches its right, lower and lower-right neighbours only
     assert near_object(corner, grid, 0.5).nonzero()[:, 1].tolist() == [0, 1, 6, 7]
+
+
+def test_ridge_change_in_place_is_the_products_plus_offsets_bit_for_bit():
+    generator = torch.Generator().manual_seed(8)
+    stacked = torch.randn(9, 28, 3, generator=generator)  # (G G, D + 1, C), G = 3
+    inputs = torch.randn(40, 27, generator=generator)
+    pair = torch.randint(0, 9, (40,), generator=generator).sort().values
+    expected = torch.cat([inputs[pair == code] @ stacked[code, :-1] + stacked[code, -1] for code in pair.unique()])
+    with torch.no_grad():
+        assert torch.equal(ridge_change(stacked, inputs, pair), expected)
+    with_gradient = ridge_change(stacked, inputs.clone().requires_grad_(), pair)  # the autograd path
+    assert with_gradient.requires_grad and torch.equal(with_gradient.detach(), expected)
