@@ -18,7 +18,13 @@ from lace.local.editor import EditSlots, fit_local_editor, fit_recolour_editor
 from lace.local.edits import binding_swap, random_control, transplant
 from lace.local.objects import FoundObjects, find_objects
 from lace.local.reader import PositionConceptReader
-from lace.local.recolour import RecolourRegression, grey_preserving_map, halo
+from lace.local.recolour import (
+    RecolourRegression,
+    grey_preserving_map,
+    halo,
+    near_object,
+    ridge_change,
+)
 from lace.local.towers import ImageTowerSplit
 from lace.local.transport import GaussianTransport, neighbourhood_rows, neighbourhoods
 
@@ -175,7 +181,7 @@ def test_neighbourhood_rows_are_the_unfolded_neighbourhoods():
     rows, positions = torch.tensor([0, 2, 2, 1, 0]), torch.tensor([0, 19, 7, 4, 15])
     for window in (1, 3):
         expected = neighbourhoods(features, (4, 5), window)[rows, positions]
-        torch.testing.assert_close(neighbourhood_rows(features, (4, 5), window, rows, positions), expected)
+        assert torch.equal(neighbourhood_rows(features, (4, 5), window, rows, positions), expected)  # a copy, exact
     described = neighbourhoods(features, (4, 5), 3)  # (B, P, 9 C): the centre is the middle C
     torch.testing.assert_close(described[..., 4 * 5 : 5 * 5], features)
     torch.testing.assert_close(described[:, 6, :5], features[:, 0])  # above-left of (1, 1) is (0, 0)
@@ -249,3 +255,29 @@ def test_the_readers_fit_keeps_a_gradient_for_an_image_it_reads_the_wrong_way():
     loss.backward()
     assert torch.isfinite(loss) and shown.grad[..., 0].abs().min() > 1.0  # pushed up, strongly
     assert (shown.grad[..., 1] >= 0).all()  # the unmentioned concept is pushed down (or left)
+
+
+def test_near_object_is_the_halo_above_the_bound():
+    generator = torch.Generator().manual_seed(7)
+    grid = (5, 6)
+    coverage = torch.rand(4, 3, 30, generator=generator) * (torch.rand(4, 3, 30, generator=generator) > 0.85)
+    coverage[0, 0, 7] = 0.1  # exactly at the bound: not above it
+    for bound in (0.0, 0.1, 0.5):
+        expected = halo(coverage, grid) > bound
+        assert torch.equal(near_object(coverage, grid, bound), expected)
+        assert torch.equal(near_object(coverage[:, 1], grid, bound), expected[:, 1])
+    corner = torch.zeros(1, 30)
+    corner[0, 0] = 1.0  # the top-left position reaches its right, lower and lower-right neighbours only
+    assert near_object(corner, grid, 0.5).nonzero()[:, 1].tolist() == [0, 1, 6, 7]
+
+
+def test_ridge_change_in_place_is_the_products_plus_offsets_bit_for_bit():
+    generator = torch.Generator().manual_seed(8)
+    stacked = torch.randn(9, 28, 3, generator=generator)  # (G G, D + 1, C), G = 3
+    inputs = torch.randn(40, 27, generator=generator)
+    pair = torch.randint(0, 9, (40,), generator=generator).sort().values
+    expected = torch.cat([inputs[pair == code] @ stacked[code, :-1] + stacked[code, -1] for code in pair.unique()])
+    with torch.no_grad():
+        assert torch.equal(ridge_change(stacked, inputs, pair), expected)
+    with_gradient = ridge_change(stacked, inputs.clone().requires_grad_(), pair)  # the autograd path
+    assert with_gradient.requires_grad and torch.equal(with_gradient.detach(), expected)

@@ -106,11 +106,12 @@ class LocalImageEditor:
 
         generator: the draws of transplant targets (None: the editor's own generator; `RowGenerators`: one per row).
         """
+        features = features.detach().contiguous()  # the steps carry no gradient; one layout makes every move cheaper
         steps, valid, kinds, changes = [], [], [], []
         swap_step, swap_valid = binding_swap(self.transport, features, grid, objects)
         check = self.check_effect and self.locate_layer == self.layer
         if check:
-            edited = features.detach() + swap_step
+            edited = features + swap_step
             swap_valid = swap_valid & effect_check(self.reader, edited, objects.coverage[:, 0], objects.concept[:, 0],
                                                    objects.concept[:, 1])
         steps.append(swap_step)
@@ -125,7 +126,7 @@ class LocalImageEditor:
             step, ok = transplant(self.transport, features, grid, objects, which, new_concept)
             if check:
                 rows = torch.arange(batch, device=features.device)
-                ok = ok & effect_check(self.reader, features.detach() + step, objects.coverage[rows, which],
+                ok = ok & effect_check(self.reader, features + step, objects.coverage[rows, which],
                                        objects.concept[rows, which], new_concept)
             steps.append(step)
             valid.append(ok)
@@ -167,7 +168,7 @@ class LocalImageEditor:
         if rows is not None and rows < batch:
             pixels = pixels[:rows]
         edited_rows = features if rows is None or rows == batch else features[:rows]  # (R, n_prefix + P, C)
-        regions = split.regions(edited_rows)
+        regions = split.regions(edited_rows).detach().contiguous()  # what the editor reads: one copy for all of it
         objects = self.locate(clip, pixels, regions, split.grid)
         slots = self.steps(regions, split.grid, n_edits, objects, generator)
         steps = slots.steps  # (B, M, P, C)

@@ -44,6 +44,20 @@ def halo(coverage: Tensor, grid: tuple[int, int]) -> Tensor:
     return F.max_pool2d(maps, 3, 1, 1).reshape(shape)
 
 
+def near_object(coverage: Tensor, grid: tuple[int, int], min_coverage: float) -> Tensor:
+    """(..., P) coverage -> (..., P) bool `halo(coverage, grid) > min_coverage`: the positions with a position
+    covered more than `min_coverage` in their 3x3 neighbourhood, found as the covered positions dilated by one
+    position down and up, then across (a 3x3 maximum exceeds the bound where one of its entries does)."""
+    covered = (coverage > min_coverage).reshape(-1, *grid)  # (N, H, W)
+    down = covered.clone()
+    down[:, 1:] |= covered[:, :-1]
+    down[:, :-1] |= covered[:, 1:]
+    near = down.clone()
+    near[:, :, 1:] |= down[:, :, :-1]
+    near[:, :, :-1] |= down[:, :, 1:]
+    return near.reshape(coverage.shape)
+
+
 class RecolourRegression:
     """Per ordered concept pair, a ridge regression from a position's neighbourhood to its change.
 
@@ -133,9 +147,16 @@ def ridge_change(stacked: Tensor, inputs: Tensor, pair: Tensor) -> Tensor:
     """(G G, D + 1, C) stacked ridge weights, neighbourhood rows (K, D) and their sorted pair codes (K,) -> the
     change (K, C): each pair's regression run once on all of its rows."""
     codes, counts = pair.unique_consecutive(return_counts=True)
-    moved = [part @ stacked[code, :-1] + stacked[code, -1]
-             for code, part in zip(codes.tolist(), inputs.split(counts.tolist()))]
-    return torch.cat(moved) if moved else inputs.new_zeros(0, stacked.shape[-1])
+    codes, counts = codes.tolist(), counts.tolist()
+    if torch.is_grad_enabled() and (inputs.requires_grad or stacked.requires_grad):
+        moved = [part @ stacked[code, :-1] + stacked[code, -1] for code, part in zip(codes, inputs.split(counts))]
+        return torch.cat(moved) if moved else inputs.new_zeros(0, stacked.shape[-1])
+    # without gradient, each pair's product is written in place (the same products and sums, no copies)
+    change = inputs.new_empty(len(inputs), stacked.shape[-1])
+    matrices, offsets = stacked[:, :-1].unbind(), stacked[:, -1].unbind()  # (D, C) and (C,) per pair, as views
+    for code, part, out in zip(codes, inputs.split(counts), change.split(counts)):
+        torch.mm(part, matrices[code], out=out).add_(offsets[code])
+    return change
 
 
 def move_near_object(change_of, features: Tensor, grid: tuple[int, int], coverage: Tensor, source: Tensor,
@@ -146,7 +167,7 @@ def move_near_object(change_of, features: Tensor, grid: tuple[int, int], coverag
     with torch.no_grad():
         values = features.detach().float()
         step = torch.zeros_like(values)
-        rows, positions = (halo(coverage, grid) > min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
+        rows, positions = near_object(coverage, grid, min_coverage).nonzero(as_tuple=True)  # (K,), (K,)
         pair = source[rows] * n_concepts + target[rows]  # (K,)
         pair, order = pair.sort()
         rows, positions = rows[order], positions[order]

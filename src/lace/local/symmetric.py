@@ -75,15 +75,17 @@ def counterpart_steps(kind: str, operator, features: Tensor, grid: tuple[int, in
         raise ValueError(f"kind: expected one of {SYMMETRIC_KINDS[1:]}, got {kind!r}")
     if kind == "nuisance" and shade is None:
         raise ValueError("shade: expected the fitted shade regression (fit_shade_regression) for kind 'nuisance'")
+    features = features.detach().contiguous()  # the steps carry no gradient; one layout makes every move cheaper
     rows = torch.arange(features.shape[0], device=features.device)
     steps = []
     for slot, moves in enumerate(slot_moves(slots, objects)):
         edit_step = slots.steps[:, slot]  # (B, P, C)
-        step = edit_step.clone() if kind == "round_trip" else torch.zeros_like(edit_step)
+        step = edit_step if kind == "round_trip" else torch.zeros_like(edit_step)
+        edited = features + edit_step if kind == "round_trip" else None  # the slot's edited features, once
         for which, before, after in moves:
             coverage = objects.coverage[rows, which]  # (B, P)
             if kind == "round_trip":  # back from the edited features, at the same object
-                step = step + operator.move(features + edit_step, grid, coverage, after, before)
+                step = step + operator.move(edited, grid, coverage, after, before)
             elif kind == "no_op":
                 step = step + operator.move(features, grid, coverage, before, before)
             else:
@@ -102,7 +104,7 @@ def symmetric_negatives(editor: LocalImageEditor, clip: torch.nn.Module, pixels:
         raise ValueError(f"n_edits: expected >= 1, got {n_edits}")
     split = ImageTowerSplit(clip, editor.layer)
     features = split.lower(pixels)  # (B, n_prefix + P, C), with gradient
-    regions = split.regions(features)
+    regions = split.regions(features).detach().contiguous()  # what the editor reads: one copy for all of it
     objects = editor.locate(clip, pixels, regions, split.grid)
     slots = editor.steps(regions, split.grid, n_edits, objects, generator)
     partners = counterpart_steps(kind, editor.transport, regions, split.grid, objects, slots, shade)

@@ -42,12 +42,26 @@ def neighbourhoods(features: Tensor, grid: tuple[int, int], window: int) -> Tens
 def neighbourhood_rows(features: Tensor, grid: tuple[int, int], window: int, rows: Tensor,
                        positions: Tensor) -> Tensor:
     """The rows `neighbourhoods(features, grid, window)[rows, positions]` (K, window^2 C), gathered for the K
-    (image, position) pairs only: (B, P, C) features, (K,) image rows and (K,) positions on the (H, W) grid."""
-    maps = _padded_map(features, grid, window)
-    offsets = torch.arange(window, device=features.device)
-    down = (positions // grid[1])[:, None, None] + offsets[None, :, None]  # (K, window, 1)
-    across = (positions % grid[1])[:, None, None] + offsets[None, None, :]  # (K, 1, window)
-    return maps[rows[:, None, None], down, across].reshape(len(rows), -1)  # (K, window, window, C) flattened
+    (image, position) pairs only: (B, P, C) features, (K,) image rows and (K,) positions on the (H, W) grid.
+
+    One gather of whole position rows from the unpadded features, a zero row standing for every neighbour that
+    falls off the grid (what the padding of `neighbourhoods` holds): no padded copy of the maps."""
+    batch, n_positions, channels = features.shape
+    neighbours = neighbour_positions(grid, window, features.device)[positions]  # (K, window^2), -1 off the grid
+    index = torch.where(neighbours < 0, batch * n_positions, rows[:, None] * n_positions + neighbours)
+    position_rows = torch.cat([features.reshape(-1, channels), features.new_zeros(1, channels)])  # (B P + 1, C)
+    return position_rows.index_select(0, index.reshape(-1)).reshape(len(rows), -1)  # (K, window, window, C) flat
+
+
+def neighbour_positions(grid: tuple[int, int], window: int, device: torch.device) -> Tensor:
+    """(P, window^2) long: each position's neighbours on the (H, W) grid in `neighbourhoods`' order (row-major in
+    the window), -1 where the neighbour falls off the grid."""
+    height, width = grid
+    offsets = torch.arange(window, device=device) - window // 2
+    down = torch.arange(height, device=device)[:, None, None, None] + offsets[:, None]  # (H, 1, window, 1)
+    across = torch.arange(width, device=device)[:, None, None] + offsets  # (W, 1, window)
+    inside = (down >= 0) & (down < height) & (across >= 0) & (across < width)  # (H, W, window, window)
+    return torch.where(inside, down * width + across, -1).reshape(height * width, window * window)
 
 
 def coverage_bucket(coverage: Tensor, n_buckets: int, min_coverage: float) -> Tensor:
