@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from lace.io import atomic_write_json
 from lace.manifest import entry_manifest, verify, write_manifest
@@ -62,26 +63,27 @@ class StageRunner:
         result = self.cached(name, key)
         if result is not None:
             return result
-        self.log(f"[{name}] running")
-        start, cpu_start = time.perf_counter(), time.process_time()
-        result = work()
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        result, seconds, cpu_seconds = self._timed_run(name, work)
         path = self.path(name)
         atomic_write_json(path, {"key": key, "wall_seconds": seconds, "cpu_seconds": cpu_seconds, "result": result})
         write_manifest(path.parent, (path.name,), name=entry_manifest(path).name)
         self._note(name, seconds, cpu_seconds, reused=False)
-        self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
         return result
 
     def timed(self, name: str, work: Callable[[], None]) -> None:
         """Run `work()`, a step that caches nothing of its own (it prepares in memory what later stages share), and
         note its times under `name` beside the stages' (not being a stage, it is never reused)."""
+        _, seconds, cpu_seconds = self._timed_run(name, work)
+        self.wall_times[name], self.cpu_times[name] = seconds, cpu_seconds
+
+    def _timed_run(self, name: str, work: Callable[[], Any]) -> tuple[Any, float, float]:
+        """`work()`'s result with its wall and CPU seconds, logged as step `name`."""
         self.log(f"[{name}] running")
         start, cpu_start = time.perf_counter(), time.process_time()
-        work()
+        result = work()
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        self.wall_times[name], self.cpu_times[name] = seconds, cpu_seconds
         self.log(f"[{name}] done in {seconds:.1f}s ({cpu_seconds:.1f}s CPU)")
+        return result, seconds, cpu_seconds
 
     def _record(self, name: str, key: str) -> dict | None:
         """The stage file of `name` when it was written for `key`, else None."""
