@@ -226,7 +226,7 @@ def colour_map_examples(features_of, raw_pixels: Tensor, original: Tensor, objec
         if len(rows) == 0:
             continue
         which = has[rows].float().argmax(dim=1)
-        near = halo(objects.coverage[rows, which], grid) > min_coverage  # (n, P)
+        near = near_object(objects.coverage[rows, which], grid, min_coverage)  # (n, P)
         inputs = described[rows][near]
         targets = ([(target, prototypes[target]) for target in range(len(prototypes))
                     if target != source and not prototypes[target].isnan().any()]
