@@ -84,14 +84,14 @@ class FilterProduct:
     bound per row (`fused_omp.FilteredProduct`)."""
 
     def __init__(self, atoms: Tensor, max_rows: int):
-        self.usable = (supported() and atoms.dtype == torch.float32 and atoms.device.type == "cpu"
-                       and float(torch.linalg.vector_norm(atoms, dim=1).max()) <= LARGEST
-                       and sgemm_block(atoms.shape[1], atoms.shape[0]) > 0)
+        self.block = (sgemm_block(atoms.shape[1], atoms.shape[0])
+                      if supported() and atoms.dtype == torch.float32 and atoms.device.type == "cpu"
+                      and float(torch.linalg.vector_norm(atoms, dim=1).max()) <= LARGEST else 0)
+        self.usable = self.block > 0
         if not self.usable:
             return
         self.atoms = atoms.detach().contiguous()
         self.high_atoms = self.atoms.to(torch.bfloat16)  # (K, d)
-        self.block = sgemm_block(atoms.shape[1], atoms.shape[0])
         self.high_rows = torch.empty(max_rows, atoms.shape[1], dtype=torch.bfloat16)
         wide_atoms, wide_high = self.atoms.double(), self.high_atoms.double()
         self.atom_norm = float(wide_atoms.norm(dim=1).max())  # largest |d|, |hi(d)|, |hi(d) - d| over the atoms
